@@ -1,0 +1,62 @@
+/**
+ * A distributed lock for Deno (and Node and Bun through JSR): the Redlock
+ * algorithm over N independent Redis servers. A lock holds when a majority
+ * of servers agree, its validity is measured on the monotonic clock, and it
+ * works with your own ioredis, node-redis, deno-redis or Upstash clients.
+ *
+ * ```ts no-eval
+ * import { Redis } from "npm:ioredis";
+ * import Redlock from "jsr:@x/redlock";
+ *
+ * const servers = [6379, 6380, 6381].map((port) => new Redis(port));
+ * const redlock = new Redlock(servers);
+ *
+ * {
+ *   await using lock = await redlock.acquire("game:42", 5_000, { timeout: 2_000 });
+ *   console.log(`mine for ${lock.remainingTime} ms`);
+ * } // released here
+ *
+ * await redlock.using("ledger", 5_000, async (signal) => {
+ *   // extended automatically; `signal` aborts if the lock is lost
+ *   signal.throwIfAborted();
+ * });
+ * for (const server of servers) server.disconnect();
+ * ```
+ *
+ * @module
+ */
+
+export { Redlock, Redlock as default } from "./src/redlock.ts";
+export type {
+  AcquireOptions,
+  ExtendOptions,
+  InspectOptions,
+  RedlockOptions,
+  ReleaseOptions,
+  UsingContext,
+  UsingOptions,
+  UsingRoutine,
+} from "./src/redlock.ts";
+export { Lock, type LockInit } from "./src/lock.ts";
+export {
+  ExecutionError,
+  type ExecutionResult,
+  type ExecutionStats,
+  LockConflictError,
+  LockLostError,
+  RequestTimeoutError,
+  ResourceLockedError,
+} from "./src/errors.ts";
+export { RedlockErrorEvent } from "./src/error_event.ts";
+export {
+  denoRedisClient,
+  type DenoRedisLike,
+  ioredisClient,
+  type IoredisLike,
+  nodeRedisClient,
+  type NodeRedisLike,
+  type RedisClient,
+  type ScriptClient,
+  toScriptClient,
+} from "./src/clients.ts";
+export type { LuaScript } from "./src/scripts.ts";

@@ -1,0 +1,18 @@
+/** The monotonic clock every decision uses. */
+export const now = (): number => performance.now();
+
+/** Converts a monotonic instant to the `Date.now()` time base. */
+export const toEpoch = (monotonic: number): number => performance.timeOrigin + monotonic;
+
+/** The clock drift allowance for a lease of `duration` ms: `round(factor × duration) + 2`. */
+export function drift(duration: number, driftFactor: number): number {
+  return Math.round(driftFactor * duration) + 2;
+}
+
+/**
+ * The monotonic instant until which a lease of `duration` ms, whose attempt
+ * started at `start`, is valid: `start + duration − drift`.
+ */
+export function validUntil(start: number, duration: number, driftFactor: number): number {
+  return start + duration - drift(duration, driftFactor);
+}

@@ -1,0 +1,71 @@
+/** A short description of a value for error messages. */
+export function describeValue(value: unknown): string {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "function") return `function ${value.name || "(anonymous)"}`;
+  if (typeof value === "bigint") return `${value}n`;
+  if (typeof value !== "object" || value === null) return String(value);
+  if (Array.isArray(value)) return `an array of ${value.length}`;
+  return `an object ${value.constructor?.name ?? "(no prototype)"}`;
+}
+
+/** The largest lease Redis's `PX` takes that fits in a 32-bit timer. */
+export const MAX_DURATION = 2 ** 31 - 1;
+
+/** Checks `resources` and returns them as a fresh array of unique, non-empty strings. */
+export function checkResources(resources: unknown, name = "resources"): string[] {
+  const list = typeof resources === "string" ? [resources] : resources;
+  if (!Array.isArray(list)) {
+    throw new TypeError(
+      `${name} must be a string or an array of strings, got ${describeValue(resources)}`,
+    );
+  }
+  if (list.length === 0) throw new RangeError(`${name} must not be empty, got []`);
+  const seen = new Set<string>();
+  list.forEach((resource: unknown, i) => {
+    if (typeof resource !== "string") {
+      throw new TypeError(`${name}[${i}] must be a string, got ${describeValue(resource)}`);
+    }
+    if (resource === "") throw new RangeError(`${name}[${i}] must not be empty, got ""`);
+    if (seen.has(resource)) {
+      throw new RangeError(`${name}[${i}] is a duplicate: ${JSON.stringify(resource)}`);
+    }
+    seen.add(resource);
+  });
+  return [...list];
+}
+
+/** Checks a lease length in ms: an integer from 1 to 2^31 − 1. */
+export function checkDuration(value: unknown, name = "duration"): number {
+  if (typeof value !== "number") {
+    throw new TypeError(`${name} must be a number of milliseconds, got ${describeValue(value)}`);
+  }
+  if (!Number.isInteger(value) || value < 1 || value > MAX_DURATION) {
+    throw new RangeError(
+      `${name} must be an integer of milliseconds from 1 to ${MAX_DURATION}, got ${value}`,
+    );
+  }
+  return value;
+}
+
+/** Checks a finite number at least `min` (and below `below`, when given). */
+export function checkNumber(
+  value: unknown,
+  name: string,
+  { min = 0, below, integer = false }: { min?: number; below?: number; integer?: boolean } = {},
+): number {
+  if (typeof value !== "number") {
+    throw new TypeError(`${name} must be a number, got ${describeValue(value)}`);
+  }
+  const bound = below === undefined
+    ? `at least ${min}`
+    : `from ${min} up to (not including) ${below}`;
+  if (
+    !Number.isFinite(value) || value < min || (below !== undefined && value >= below) ||
+    (integer && !Number.isInteger(value))
+  ) {
+    throw new RangeError(
+      `${name} must be ${integer ? "an integer" : "a number"} ${bound}, got ${value}`,
+    );
+  }
+  return value;
+}

@@ -1,0 +1,43 @@
+/**
+ * The event a Redlock dispatches for every per-server failure.
+ *
+ * @module
+ */
+
+/**
+ * Dispatched as `"error"` on a {@linkcode Redlock} whenever one server fails
+ * a request (a client error, a Redis error reply, or a timeout). These are
+ * never fatal by themselves: the operation goes on with the other servers.
+ *
+ * @example Logging server failures
+ * ```ts no-eval
+ * import { RedlockErrorEvent } from "@x/redlock";
+ * // redlock.addEventListener("error", (event) => {
+ * //   const { error, server } = event as RedlockErrorEvent;
+ * //   console.warn(`redis #${server}: ${error.message}`);
+ * // });
+ * console.log(RedlockErrorEvent.name);
+ * ```
+ */
+export class RedlockErrorEvent extends Event {
+  /** What went wrong. */
+  readonly error: Error;
+  /** The index of the failing server in the Redlock's client list. */
+  readonly server: number;
+  /** The client object of that server, as given to `new Redlock()`. */
+  readonly client: object;
+
+  /**
+   * Makes an error event.
+   *
+   * @param error What went wrong.
+   * @param server The index of the failing server.
+   * @param client The client object of that server.
+   */
+  constructor(error: Error, server: number, client: object) {
+    super("error");
+    this.error = error;
+    this.server = server;
+    this.client = client;
+  }
+}

@@ -1,0 +1,1006 @@
+/**
+ * The Redlock: a distributed lock over N independent Redis servers.
+ *
+ * @module
+ */
+
+import { type RedisClient, toScriptClient } from "./clients.ts";
+import {
+  ExecutionError,
+  type ExecutionResult,
+  type ExecutionStats,
+  LockConflictError,
+  LockLostError,
+  ResourceLockedError,
+} from "./errors.ts";
+import { RedlockErrorEvent } from "./error_event.ts";
+import { Lock } from "./lock.ts";
+import { ACQUIRE, EXTEND, INSPECT, type LuaScript, RELEASE } from "./scripts.ts";
+import { deadline, delay } from "./_delay.ts";
+import { type Member, round, type Tally } from "./_quorum.ts";
+import { hashSlot } from "./_slot.ts";
+import { drift, now, validUntil } from "./_time.ts";
+import {
+  checkDuration,
+  checkNumber,
+  checkResources,
+  describeValue,
+  MAX_DURATION,
+} from "./_validate.ts";
+
+/** Settings of a Redlock; each can also be overridden per call. */
+export interface RedlockOptions {
+  /**
+   * Clock drift allowance as a fraction of the lease: `round(driftFactor ×
+   * duration) + 2` ms are subtracted from every lock's validity. From 0 up to 1.
+   *
+   * @default {0.01}
+   */
+  driftFactor?: number;
+  /**
+   * Attempts after the first before `acquire()` gives up; `-1` retries until
+   * it succeeds or its signal aborts.
+   *
+   * @default {10}
+   */
+  retryCount?: number;
+  /**
+   * ms to wait between attempts, or a function of the number of attempts made
+   * so far (1 after the first) that returns it.
+   *
+   * @default {200}
+   */
+  retryDelay?: number | ((attempt: number) => number);
+  /**
+   * Up to this many ms, drawn at random for each wait, are added to `retryDelay`.
+   *
+   * @default {100}
+   */
+  retryJitter?: number;
+  /**
+   * How many ms before the lock's validity ends `using()` extends it. Must be
+   * below the lock's duration.
+   *
+   * @default {500}
+   */
+  automaticExtensionThreshold?: number;
+  /**
+   * ms one request to one server may take; a server that does not answer in
+   * time counts as a vote against. Every request has this bound.
+   *
+   * @default {500}
+   */
+  requestTimeout?: number;
+}
+
+/** Options of {@linkcode Redlock.acquire} and {@linkcode Redlock.tryAcquire}. */
+export interface AcquireOptions extends Omit<RedlockOptions, "automaticExtensionThreshold"> {
+  /**
+   * Aborts the wait: the call rejects at once with `signal.reason` and
+   * leaves nothing locked.
+   *
+   * @default {undefined}
+   */
+  signal?: AbortSignal;
+  /**
+   * ms the whole call may wait before it rejects with a `TimeoutError`
+   * DOMException (like `AbortSignal.timeout()`), leaving nothing locked.
+   *
+   * @default {undefined}
+   */
+  timeout?: number;
+}
+
+/** Options of {@linkcode Redlock.extend}. */
+export interface ExtendOptions extends AcquireOptions {
+  /**
+   * When true (the default) only a lock that is still ours is extended. When
+   * false, keys of the lock that expired are taken again if they are free.
+   *
+   * @default {true}
+   */
+  onlyIfLocked?: boolean;
+}
+
+/** Options of {@linkcode Redlock.release}. */
+export interface ReleaseOptions {
+  /**
+   * ms one request to one server may take.
+   *
+   * @default {the Redlock's requestTimeout}
+   */
+  requestTimeout?: number;
+}
+
+/** Options of {@linkcode Redlock.using}. */
+export interface UsingOptions extends AcquireOptions {
+  /**
+   * How many ms before the lock's validity ends it is extended.
+   *
+   * @default {the Redlock's automaticExtensionThreshold}
+   */
+  automaticExtensionThreshold?: number;
+}
+
+/** Options of the introspection calls. */
+export interface InspectOptions {
+  /**
+   * ms one request to one server may take.
+   *
+   * @default {the Redlock's requestTimeout}
+   */
+  requestTimeout?: number;
+  /**
+   * Aborts the call with `signal.reason`.
+   *
+   * @default {undefined}
+   */
+  signal?: AbortSignal;
+}
+
+/** What `using()` tells its routine besides the signal. */
+export interface UsingContext {
+  /** The current lock: replaced after each automatic extension. */
+  readonly lock: Lock;
+  /** How many automatic extensions succeeded so far. */
+  readonly extensions: number;
+}
+
+/** The routine `using()` runs while it holds the lock. */
+export type UsingRoutine<T> = (signal: AbortSignal, context: UsingContext) => Promise<T> | T;
+
+type Settings = Required<Omit<RedlockOptions, "retryDelay">> & {
+  retryDelay: number | ((attempt: number) => number);
+};
+
+const DEFAULTS: Settings = {
+  driftFactor: 0.01,
+  retryCount: 10,
+  retryDelay: 200,
+  retryJitter: 100,
+  automaticExtensionThreshold: 500,
+  requestTimeout: 500,
+};
+
+function checkSettings(options: unknown, base: Settings, name: string): Settings {
+  if (options === undefined) return base;
+  if (typeof options !== "object" || options === null) {
+    throw new TypeError(`${name} must be an object, got ${describeValue(options)}`);
+  }
+  const o = options as RedlockOptions;
+  const s = { ...base };
+  if (o.driftFactor !== undefined) {
+    s.driftFactor = checkNumber(o.driftFactor, `${name}.driftFactor`, { below: 1 });
+  }
+  if (o.retryCount !== undefined) {
+    s.retryCount = checkNumber(o.retryCount, `${name}.retryCount`, { min: -1, integer: true });
+  }
+  if (o.retryDelay !== undefined) {
+    s.retryDelay = typeof o.retryDelay === "function"
+      ? o.retryDelay
+      : checkNumber(o.retryDelay, `${name}.retryDelay`, { below: MAX_DURATION + 1 });
+  }
+  if (o.retryJitter !== undefined) {
+    s.retryJitter = checkNumber(o.retryJitter, `${name}.retryJitter`, { below: MAX_DURATION + 1 });
+  }
+  if (o.automaticExtensionThreshold !== undefined) {
+    s.automaticExtensionThreshold = checkNumber(
+      o.automaticExtensionThreshold,
+      `${name}.automaticExtensionThreshold`,
+      { below: MAX_DURATION + 1 },
+    );
+  }
+  if (o.requestTimeout !== undefined) {
+    s.requestTimeout = checkNumber(o.requestTimeout, `${name}.requestTimeout`, {
+      min: 1,
+      below: MAX_DURATION + 1,
+    });
+  }
+  return s;
+}
+
+function checkCallOptions<T extends { signal?: AbortSignal; timeout?: number }>(
+  options: T | undefined,
+): T {
+  if (options === undefined) return {} as T;
+  if (typeof options !== "object" || options === null) {
+    throw new TypeError(`options must be an object, got ${describeValue(options)}`);
+  }
+  if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) {
+    throw new TypeError(
+      `options.signal must be an AbortSignal, got ${describeValue(options.signal)}`,
+    );
+  }
+  if (options.timeout !== undefined) {
+    checkNumber(options.timeout, "options.timeout", { below: MAX_DURATION + 1 });
+  }
+  return options;
+}
+
+function checkLock(lock: unknown, name = "lock"): Lock {
+  if (!(lock instanceof Lock)) {
+    throw new TypeError(`${name} must be a Lock, got ${describeValue(lock)}`);
+  }
+  return lock;
+}
+
+/** A server's answer to acquire or extend: for, or a conflict. */
+type Vote = true | LockConflictError;
+
+function toVote(reply: unknown, server: number): Vote {
+  if (Array.isArray(reply) && typeof reply[0] === "number" && typeof reply[1] === "number") {
+    return reply[0] === 1 ? true : new LockConflictError(server, reply[1]);
+  }
+  throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
+}
+
+function toNumber(reply: unknown, server: number): number {
+  if (typeof reply === "number") return reply;
+  throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
+}
+
+const CROSSSLOT = /^-?CROSSSLOT/;
+
+/** The outcome of one round of acquire, extend or release votes. */
+interface Ballot {
+  readonly stats: ExecutionStats;
+  readonly ok: boolean;
+  /** Servers that answered with a conflict. */
+  readonly conflicts: number;
+}
+
+/**
+ * A distributed lock manager over N independent Redis servers (or clusters)
+ * with the Redlock algorithm: a lock holds when a majority of servers agree,
+ * and its validity is measured on the monotonic clock.
+ *
+ * Per-server failures are dispatched as {@linkcode RedlockErrorEvent}s named
+ * `"error"`; they are never fatal by themselves.
+ *
+ * @example Taking turns on a resource
+ * ```ts no-eval
+ * import { Redis } from "npm:ioredis";
+ * import { Redlock } from "@x/redlock";
+ *
+ * const redlock = new Redlock([new Redis(6379), new Redis(6380), new Redis(6381)]);
+ * await using lock = await redlock.acquire("game:42", 5_000);
+ * // … only one process at a time gets here …
+ * ```
+ */
+export class Redlock extends EventTarget {
+  /** The clients, as given to the constructor. */
+  readonly clients: readonly RedisClient[];
+  /** The settings in force, defaults filled in. */
+  readonly settings: Readonly<Required<RedlockOptions>>;
+  /** How many servers must agree: `⌊clients.length / 2⌋ + 1`. */
+  readonly quorum: number;
+  readonly #members: readonly Member[];
+  readonly #cluster: boolean;
+
+  /**
+   * Makes a Redlock over independent Redis servers or clusters.
+   *
+   * @param clients One client per independent server or cluster: ioredis,
+   * node-redis, deno-redis / Upstash, or your own {@linkcode ScriptClient}.
+   * @param options Settings; see {@linkcode RedlockOptions} for defaults.
+   * @throws {TypeError} When `clients` is empty, has duplicates or an object
+   * that is no supported client, or an option has the wrong type.
+   * @throws {RangeError} When an option is out of range.
+   *
+   * @example Three servers
+   * ```ts no-eval
+   * import { Redis } from "npm:ioredis";
+   * import { Redlock } from "@x/redlock";
+   * const redlock = new Redlock(
+   *   [new Redis(6379), new Redis(6380), new Redis(6381)],
+   *   { retryCount: 3, retryDelay: 100 },
+   * );
+   * ```
+   */
+  constructor(clients: readonly RedisClient[], options?: RedlockOptions) {
+    super();
+    if (!Array.isArray(clients)) {
+      throw new TypeError(`clients must be an array of clients, got ${describeValue(clients)}`);
+    }
+    if (clients.length === 0) throw new TypeError("clients must not be empty, got []");
+    if (new Set(clients).size !== clients.length) {
+      const i = clients.findIndex((c, j) => clients.indexOf(c) !== j);
+      throw new TypeError(
+        `clients[${i}] is the same client as clients[${clients.indexOf(clients[i]!)}]: ` +
+          "each server must appear once",
+      );
+    }
+    this.#members = clients.map((client, index) => {
+      try {
+        return { index, client, runner: toScriptClient(client) };
+      } catch (error) {
+        throw new TypeError(`clients[${index}]: ${(error as Error).message}`, { cause: error });
+      }
+    });
+    this.#cluster = this.#members.some((m) => m.runner.cluster === true);
+    this.clients = Object.freeze([...clients]);
+    this.settings = Object.freeze(checkSettings(options, DEFAULTS, "options"));
+    this.quorum = Math.floor(clients.length / 2) + 1;
+  }
+
+  /**
+   * Acquires a lock on `resources` for `duration` ms, retrying while another
+   * holder has it.
+   *
+   * @param resources A resource (Redis key) or several, locked all or none.
+   * @param duration The lease in ms: an integer from 1 to 2^31 − 1.
+   * @param options Per-call overrides, a signal and a timeout.
+   * @returns The lock, valid for `duration` minus the time taken and drift.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {RangeError} On an out-of-range argument, before any request.
+   * @throws {ResourceLockedError} When retries ran out while another holder kept it.
+   * @throws {ExecutionError} When retries ran out for want of a quorum of servers.
+   * @throws {DOMException} The `signal.reason` (a `TimeoutError` for `timeout`).
+   *
+   * @example Acquiring with a deadline
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const lock = await redlock.acquire(["{game42}:board", "{game42}:turn"], 10_000, {
+   *   timeout: 2_000,
+   * });
+   * await lock.release();
+   * ```
+   */
+  async acquire(
+    resources: string | readonly string[],
+    duration: number,
+    options?: AcquireOptions,
+  ): Promise<Lock> {
+    const { keys, settings, opts } = this.#checkAcquire(resources, duration, options);
+    const { signal, dispose } = deadline(opts.signal, opts.timeout);
+    try {
+      return await this.#acquire(keys, duration, settings, signal, Infinity);
+    } finally {
+      dispose();
+    }
+  }
+
+  /**
+   * Makes exactly one attempt to acquire a lock.
+   *
+   * @param resources A resource (Redis key) or several, locked all or none.
+   * @param duration The lease in ms: an integer from 1 to 2^31 − 1.
+   * @param options Per-call overrides (retry settings are ignored).
+   * @returns The lock, or `null` when another holder has the resource.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {RangeError} On an out-of-range argument, before any request.
+   * @throws {ExecutionError} When too few servers answered (not a busy resource).
+   *
+   * @example Doing something only if nobody else is
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const lock = await redlock.tryAcquire("cron:nightly", 60_000);
+   * if (lock) {
+   *   await using _ = lock;
+   *   // run the job
+   * }
+   * ```
+   */
+  async tryAcquire(
+    resources: string | readonly string[],
+    duration: number,
+    options?: AcquireOptions,
+  ): Promise<Lock | null> {
+    const { keys, settings, opts } = this.#checkAcquire(resources, duration, options);
+    const { signal, dispose } = deadline(opts.signal, opts.timeout);
+    try {
+      return await this.#acquire(keys, duration, { ...settings, retryCount: 0 }, signal, 1);
+    } catch (error) {
+      if (error instanceof ResourceLockedError) return null;
+      throw error;
+    } finally {
+      dispose();
+    }
+  }
+
+  /**
+   * Releases a lock on every server. Keys that already expired count as
+   * released; keys held by another value are never touched.
+   *
+   * @param lock The lock.
+   * @param options Per-call overrides.
+   * @returns The stats of the release.
+   * @throws {TypeError} When `lock` is not a Lock.
+   * @throws {ExecutionError} When a quorum of servers could not be reached.
+   *
+   * @example Releasing
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const lock = await redlock.acquire("a", 1_000);
+   * await redlock.release(lock);
+   * ```
+   */
+  async release(lock: Lock, options?: ReleaseOptions): Promise<ExecutionResult> {
+    checkLock(lock);
+    const settings = checkSettings(options, this.settings, "options");
+    const ballot = await this.#vote(RELEASE, lock.resources, [lock.value], settings, undefined);
+    if (!ballot.ok) {
+      throw new ExecutionError(
+        `release of ${show(lock.resources)} did not reach a quorum`,
+        [ballot.stats],
+      );
+    }
+    return { attempts: [ballot.stats] };
+  }
+
+  /**
+   * Extends a lock to `duration` ms from the start of the extension. By
+   * default only a lock that is still ours on a quorum is extended.
+   *
+   * @param lock The lock.
+   * @param duration The new lease in ms.
+   * @param options Per-call overrides; `onlyIfLocked: false` takes expired
+   * keys again when they are free.
+   * @returns A new lock with the same value and the new expiration.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {RangeError} On an out-of-range argument, before any request.
+   * @throws {LockLostError} When the lock expired or another value holds it.
+   * @throws {ExecutionError} When retries ran out for want of a quorum.
+   *
+   * @example Extending
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * let lock = await redlock.acquire("a", 1_000);
+   * lock = await redlock.extend(lock, 5_000);
+   * ```
+   */
+  async extend(lock: Lock, duration: number, options?: ExtendOptions): Promise<Lock> {
+    checkLock(lock);
+    checkDuration(duration);
+    const opts = checkCallOptions(options);
+    const settings = checkSettings(opts, this.settings, "options");
+    const onlyIfLocked = opts.onlyIfLocked ?? true;
+    if (typeof onlyIfLocked !== "boolean") {
+      throw new TypeError(
+        `options.onlyIfLocked must be a boolean, got ${describeValue(onlyIfLocked)}`,
+      );
+    }
+    const { signal, dispose } = deadline(opts.signal, opts.timeout);
+    try {
+      return await this.#extend(lock, duration, settings, onlyIfLocked, signal);
+    } finally {
+      dispose();
+    }
+  }
+
+  /**
+   * Acquires a lock, runs `routine` while extending the lock automatically,
+   * and releases it when the routine settles. When an extension fails and
+   * the lock can no longer be valid, the routine's signal aborts with a
+   * {@linkcode LockLostError}; the routine decides what to do.
+   *
+   * @param resources A resource or several.
+   * @param duration The lease in ms, renewed before it ends.
+   * @param routine The work to do; gets a signal and the current lock.
+   * @returns What the routine returns.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {RangeError} On an out-of-range argument, e.g. a threshold not below `duration`.
+   * @throws {ExecutionError} When the lock could not be acquired.
+   *
+   * @example Doing long work under a short lease
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const total = await redlock.using("ledger", 5_000, async (signal) => {
+   *   signal.throwIfAborted();
+   *   return 42;
+   * });
+   * ```
+   */
+  using<T>(
+    resources: string | readonly string[],
+    duration: number,
+    routine: UsingRoutine<T>,
+  ): Promise<T>;
+  /**
+   * Acquires a lock with `options`, runs `routine` while extending the lock
+   * automatically, and releases it when the routine settles.
+   *
+   * @param resources A resource or several.
+   * @param duration The lease in ms, renewed before it ends.
+   * @param options Per-call overrides; `signal` aborts the wait for the lock
+   * and is combined with the routine's signal.
+   * @param routine The work to do; gets a signal and the current lock.
+   * @returns What the routine returns.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {RangeError} On an out-of-range argument, e.g. a threshold not below `duration`.
+   * @throws {ExecutionError} When the lock could not be acquired.
+   *
+   * @example With options
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * await redlock.using("ledger", 5_000, { automaticExtensionThreshold: 1_000 }, (signal) => {
+   *   signal.throwIfAborted();
+   * });
+   * ```
+   */
+  using<T>(
+    resources: string | readonly string[],
+    duration: number,
+    options: UsingOptions,
+    routine: UsingRoutine<T>,
+  ): Promise<T>;
+  async using<T>(
+    resources: string | readonly string[],
+    duration: number,
+    optionsOrRoutine: UsingOptions | UsingRoutine<T>,
+    maybeRoutine?: UsingRoutine<T>,
+  ): Promise<T> {
+    const [options, routine] = typeof optionsOrRoutine === "function"
+      ? [undefined, optionsOrRoutine]
+      : [optionsOrRoutine, maybeRoutine];
+    if (typeof routine !== "function") {
+      throw new TypeError(`routine must be a function, got ${describeValue(routine)}`);
+    }
+    const { keys, settings, opts } = this.#checkAcquire(resources, duration, options);
+    const threshold = settings.automaticExtensionThreshold;
+    if (threshold >= duration) {
+      throw new RangeError(
+        `automaticExtensionThreshold must be below duration (${duration}), got ${threshold}`,
+      );
+    }
+    const wait = deadline(opts.signal, opts.timeout);
+    let lock: Lock;
+    try {
+      lock = await this.#acquire(keys, duration, settings, wait.signal, Infinity);
+    } finally {
+      wait.dispose();
+    }
+
+    const lost = new AbortController();
+    const stop = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([lost.signal, opts.signal]) : lost.signal;
+    const context = { lock, extensions: 0 };
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let extending: Promise<void> | undefined;
+    const extendSettings = { ...settings, retryCount: -1 };
+    const schedule = () => {
+      timer = setTimeout(() => {
+        timer = undefined;
+        extending = this.#extend(context.lock, duration, extendSettings, true, stop.signal).then(
+          (next) => {
+            context.lock = next;
+            context.extensions++;
+            schedule();
+          },
+          (error) => {
+            if (stop.signal.aborted) return;
+            lost.abort(error);
+          },
+        );
+      }, Math.max(0, context.lock.remainingTime - threshold));
+    };
+    schedule();
+
+    let result: T;
+    try {
+      result = await routine(signal, context);
+    } finally {
+      clearTimeout(timer);
+      stop.abort();
+      await extending;
+      try {
+        await this.release(context.lock, settings);
+      } catch (error) {
+        this.reportError(error);
+      }
+    }
+    return result;
+  }
+
+  /**
+   * Whether `resource` is held by anyone on a quorum of servers.
+   *
+   * @param resource The resource (Redis key).
+   * @param options Per-call overrides.
+   * @returns True when a quorum holds it, false when a quorum has it free.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {ExecutionError} When too few servers answered to tell.
+   *
+   * @example Peeking
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * console.log(await redlock.isLocked("report:42"));
+   * ```
+   */
+  async isLocked(resource: string, options?: InspectOptions): Promise<boolean> {
+    const keys = checkResources([resource], "resource");
+    const ttls = await this.#inspect(keys, "", options, `isLocked(${show(keys)})`);
+    return ttls !== null;
+  }
+
+  /**
+   * Whether `lock` is still ours on a quorum of servers and not expired.
+   *
+   * @param lock The lock.
+   * @param options Per-call overrides.
+   * @returns True while the lock holds.
+   * @throws {TypeError} When `lock` is not a Lock.
+   * @throws {ExecutionError} When too few servers answered to tell.
+   *
+   * @example Checking before a write
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const lock = await redlock.acquire("a", 1_000);
+   * if (await redlock.isValid(lock)) console.log("still mine");
+   * ```
+   */
+  async isValid(lock: Lock, options?: InspectOptions): Promise<boolean> {
+    checkLock(lock);
+    if (lock.remainingTime <= 0) return false;
+    const ttls = await this.#inspect(lock.resources, lock.value, options, "isValid(lock)");
+    return ttls !== null && lock.remainingTime > 0;
+  }
+
+  /**
+   * The ms a lock is still held by its value on a quorum, as the servers'
+   * TTLs say, less the request's time and drift: it never overstates.
+   *
+   * @param lock The lock.
+   * @param options Per-call overrides.
+   * @returns The ms left, or `null` when the lock is not ours on a quorum.
+   * @throws {TypeError} When `lock` is not a Lock.
+   * @throws {ExecutionError} When too few servers answered to tell.
+   *
+   * @example Remaining time
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const lock = await redlock.acquire("a", 1_000);
+   * console.log(await redlock.remainingTtl(lock));
+   * ```
+   */
+  remainingTtl(lock: Lock, options?: InspectOptions): Promise<number | null> {
+    checkLock(lock);
+    return this.#inspect(lock.resources, lock.value, options, "remainingTtl(lock)");
+  }
+
+  /**
+   * The ms `resource` is still held by anyone on a quorum, less the
+   * request's time and drift; `Infinity` for a key without expiry.
+   *
+   * @param resource The resource (Redis key).
+   * @param options Per-call overrides.
+   * @returns The ms left, or `null` when no quorum holds it.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {ExecutionError} When too few servers answered to tell.
+   *
+   * @example How long until it frees up
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * console.log(await redlock.remainingTtlForResource("report:42"));
+   * ```
+   */
+  remainingTtlForResource(resource: string, options?: InspectOptions): Promise<number | null> {
+    const keys = checkResources([resource], "resource");
+    return this.#inspect(keys, "", options, `remainingTtlForResource(${show(keys)})`);
+  }
+
+  /**
+   * Listens for `"error"` events and hands `listener` the error itself.
+   *
+   * @param type The event type: `"error"`.
+   * @param listener Called with each error and its event.
+   * @returns A function that removes the listener.
+   * @throws {TypeError} When `type` is not `"error"` or `listener` is no function.
+   *
+   * @example Logging
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const off = redlock.on("error", (error) => console.warn(error.message));
+   * off();
+   * ```
+   */
+  on(type: "error", listener: (error: Error, event: RedlockErrorEvent) => void): () => void {
+    if (type !== "error") throw new TypeError(`type must be "error", got ${describeValue(type)}`);
+    if (typeof listener !== "function") {
+      throw new TypeError(`listener must be a function, got ${describeValue(listener)}`);
+    }
+    const handler = (event: Event) => {
+      const e = event as RedlockErrorEvent;
+      listener(e.error, e);
+    };
+    this.addEventListener("error", handler);
+    return () => this.removeEventListener("error", handler);
+  }
+
+  /**
+   * Dispatches an error that concerns a whole operation (not one server) as
+   * an `"error"` event with `server` −1; used where throwing would hide a
+   * more important result, e.g. a failed release after `using()`.
+   *
+   * @param error The error.
+   *
+   * @example Reporting
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * redlock.reportError(new Error("cleanup failed"));
+   * ```
+   */
+  reportError(error: unknown): void {
+    const e = error instanceof Error ? error : new Error(String(error), { cause: error });
+    this.dispatchEvent(new RedlockErrorEvent(e, -1, this));
+  }
+
+  #checkAcquire<T extends AcquireOptions>(
+    resources: unknown,
+    duration: unknown,
+    options: T | undefined,
+  ): { keys: string[]; settings: Settings; opts: T } {
+    const keys = checkResources(resources);
+    checkDuration(duration);
+    const opts = checkCallOptions(options);
+    const settings = checkSettings(opts, this.settings, "options");
+    if (this.#cluster) checkSlots(keys);
+    return { keys, settings, opts };
+  }
+
+  async #acquire(
+    keys: readonly string[],
+    duration: number,
+    settings: Settings,
+    signal: AbortSignal | undefined,
+    _maxAttempts: number,
+  ): Promise<Lock> {
+    signal?.throwIfAborted();
+    const value = crypto.randomUUID();
+    const attempts: ExecutionStats[] = [];
+    const args = [value, String(duration)];
+    for (let attempt = 1;; attempt++) {
+      const start = now();
+      let ballot: Ballot;
+      try {
+        ballot = await this.#vote(ACQUIRE, keys, args, settings, signal);
+      } catch (error) {
+        // Aborted mid-round: whatever lands on a server is released behind it.
+        this.#releaseQuietly(keys, value, this.#members);
+        throw error;
+      }
+      attempts.push(ballot.stats);
+      const until = validUntil(start, duration, settings.driftFactor);
+      if (ballot.ok && until > now()) {
+        return new Lock({ redlock: this, resources: keys, value, attempts, validUntil: until });
+      }
+      // Undo a partial (or too slow) lock; requests on one connection run in
+      // order, so this release lands after the acquire it undoes.
+      this.#releaseQuietly(
+        keys,
+        value,
+        this.#members.filter((m) =>
+          !(ballot.stats.votesAgainst.get(m.index) instanceof LockConflictError)
+        ),
+      );
+      const { retryCount } = settings;
+      if (retryCount !== -1 && attempt > retryCount) {
+        const held = ballot.conflicts > 0 &&
+          ballot.conflicts + ballot.stats.votesFor.length >= this.quorum;
+        const message = `acquire of ${show(keys)} failed`;
+        throw held
+          ? new ResourceLockedError(`${message}: held by another lock`, attempts)
+          : new ExecutionError(message, attempts);
+      }
+      await delay(this.#retryWait(settings, attempt), signal);
+    }
+  }
+
+  async #extend(
+    lock: Lock,
+    duration: number,
+    settings: Settings,
+    onlyIfLocked: boolean,
+    signal: AbortSignal | undefined,
+  ): Promise<Lock> {
+    signal?.throwIfAborted();
+    const attempts: ExecutionStats[] = [];
+    const what = `extend of ${show(lock.resources)}`;
+    const args = [lock.value, String(duration), onlyIfLocked ? "0" : "1"];
+    for (let attempt = 1;; attempt++) {
+      if (onlyIfLocked && lock.remainingTime <= 0) {
+        throw new LockLostError(`${what} failed: the lock expired`, attempts);
+      }
+      const start = now();
+      const ballot = await this.#vote(EXTEND, lock.resources, args, settings, signal);
+      attempts.push(ballot.stats);
+      const until = validUntil(start, duration, settings.driftFactor);
+      if (ballot.ok && until > now()) {
+        return new Lock({
+          redlock: this,
+          resources: lock.resources,
+          value: lock.value,
+          attempts,
+          validUntil: until,
+          fencingToken: lock.fencingToken,
+        });
+      }
+      if (ballot.conflicts > this.clients.length - this.quorum) {
+        throw new LockLostError(`${what} failed: the lock is no longer ours`, attempts);
+      }
+      const { retryCount } = settings;
+      if (retryCount !== -1 && attempt > retryCount) {
+        throw new ExecutionError(`${what} failed`, attempts);
+      }
+      await delay(this.#retryWait(settings, attempt), signal);
+    }
+  }
+
+  #retryWait(settings: Settings, attempt: number): number {
+    const { retryDelay, retryJitter } = settings;
+    const base = typeof retryDelay === "function" ? retryDelay(attempt) : retryDelay;
+    if (typeof base !== "number" || !Number.isFinite(base) || base < 0) {
+      throw new RangeError(
+        `retryDelay(${attempt}) must return a finite number of ms ≥ 0, got ${describeValue(base)}`,
+      );
+    }
+    return base + Math.random() * retryJitter;
+  }
+
+  /** One round of acquire, extend or release: success on a quorum of "for". */
+  async #vote(
+    script: LuaScript,
+    keys: readonly string[],
+    args: readonly string[],
+    settings: Settings,
+    signal: AbortSignal | undefined,
+  ): Promise<Ballot> {
+    const n = this.#members.length;
+    const q = this.quorum;
+    const judge = script === RELEASE
+      ? (reply: unknown, server: number): Vote => (toNumber(reply, server), true)
+      : toVote;
+    let yes = 0;
+    let no = 0;
+    const start = now();
+    const tally = await round<Vote>(
+      this.#members,
+      (m) => this.#run(m, script, keys, args).then((reply) => judge(reply, m.index)),
+      {
+        timeout: settings.requestTimeout,
+        signal,
+        onError: (error, member) => this.#emit(error, member),
+        done: ({ answers, errors }) => {
+          yes = 0;
+          no = errors.size;
+          for (const vote of answers.values()) vote === true ? yes++ : no++;
+          return yes >= q || no > n - q;
+        },
+      },
+    );
+    const stats = toStats(tally, n, q, now() - start);
+    return {
+      stats,
+      ok: stats.votesFor.length >= q,
+      conflicts: stats.votesAgainst.size - tally.errors.size,
+    };
+  }
+
+  /**
+   * One round of INSPECT: the quorum-th largest TTL among servers that hold
+   * the keys (for `value`, or for anyone when it is ""), less the round's time
+   * and drift; `null` when a quorum does not hold them.
+   */
+  async #inspect(
+    keys: readonly string[],
+    value: string,
+    options: InspectOptions | undefined,
+    what: string,
+  ): Promise<number | null> {
+    const opts = checkCallOptions(options);
+    const settings = checkSettings(opts, this.settings, "options");
+    if (this.#cluster) checkSlots(keys);
+    const n = this.#members.length;
+    const q = this.quorum;
+    const start = now();
+    const tally = await round<number>(
+      this.#members,
+      (m) => this.#run(m, INSPECT, keys, [value]).then((reply) => toNumber(reply, m.index)),
+      {
+        timeout: settings.requestTimeout,
+        signal: opts.signal,
+        onError: (error, member) => this.#emit(error, member),
+        done: ({ answers }) => {
+          let held = 0;
+          for (const ttl of answers.values()) if (ttl !== -2) held++;
+          return held >= q || answers.size - held >= q;
+        },
+      },
+    );
+    const elapsed = now() - start;
+    const held = [...tally.answers.values()]
+      .filter((ttl) => ttl !== -2)
+      .map((ttl) => (ttl === -1 ? Infinity : ttl))
+      .sort((a, b) => b - a);
+    if (held.length >= q) {
+      const ttl = held[q - 1]!;
+      if (ttl === Infinity) return Infinity;
+      const left = Math.floor(ttl - elapsed - drift(ttl, settings.driftFactor));
+      return left > 0 ? left : null;
+    }
+    if (tally.answers.size - held.length >= q) return null;
+    throw new ExecutionError(`${what} did not get answers from a quorum`, [
+      toStats(
+        {
+          answers: new Map([...tally.answers].map(([i]) => [i, true as const])),
+          errors: tally.errors,
+        },
+        n,
+        q,
+        elapsed,
+      ),
+    ]);
+  }
+
+  #run(
+    member: Member,
+    script: LuaScript,
+    keys: readonly string[],
+    args: readonly string[],
+  ): Promise<unknown> {
+    return member.runner.evalScript(script, keys, args).catch((error) => {
+      if (error instanceof Error && CROSSSLOT.test(error.message)) {
+        throw new TypeError(
+          `resources ${show(keys)} are in different cluster hash slots; give them one ` +
+            `hash tag, e.g. "{game42}:board" and "{game42}:turn"`,
+          { cause: error },
+        );
+      }
+      throw error;
+    });
+  }
+
+  #releaseQuietly(keys: readonly string[], value: string, members: readonly Member[]): void {
+    for (const member of members) {
+      this.#run(member, RELEASE, keys, [value]).catch((error) =>
+        this.#emit(error instanceof Error ? error : new Error(String(error)), member)
+      );
+    }
+  }
+
+  #emit(error: Error, member: Member): void {
+    this.dispatchEvent(new RedlockErrorEvent(error, member.index, member.client));
+  }
+}
+
+function toStats(
+  tally: Tally<Vote>,
+  membershipSize: number,
+  quorumSize: number,
+  elapsed: number,
+): ExecutionStats {
+  const votesFor: number[] = [];
+  const votesAgainst = new Map<number, Error>();
+  for (const [server, vote] of tally.answers) {
+    if (vote === true) votesFor.push(server);
+    else votesAgainst.set(server, vote);
+  }
+  for (const [server, error] of tally.errors) votesAgainst.set(server, error);
+  return { membershipSize, quorumSize, votesFor, votesAgainst, elapsed };
+}
+
+function show(keys: readonly string[]): string {
+  return keys.length === 1 ? JSON.stringify(keys[0]) : `[${keys.map((k) => JSON.stringify(k))}]`;
+}
+
+function checkSlots(keys: readonly string[]): void {
+  const slots = new Set(keys.map(hashSlot));
+  if (slots.size > 1) {
+    throw new TypeError(
+      `resources ${show(keys)} map to ${slots.size} Redis Cluster hash slots, and one lock ` +
+        `needs one: give them a common hash tag, e.g. "{game42}:board" and "{game42}:turn"`,
+    );
+  }
+}

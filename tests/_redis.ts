@@ -1,0 +1,133 @@
+/**
+ * Test helpers: start servers (through scripts/redis.ts, the one place that
+ * does), connect clients of each supported kind, and inspect the servers.
+ */
+
+import { Redis } from "ioredis";
+import { createClient } from "redis";
+import { type RedisServer, type RedisServers, startServers } from "../scripts/redis.ts";
+import { DenoRedisFixture } from "./_deno_redis.ts";
+import type { RedisClient } from "../mod.ts";
+
+export { startServers };
+export type { RedisServer, RedisServers };
+
+/** The client kinds every shared test runs with. */
+export const KINDS = ["ioredis", "node-redis", "deno-redis"] as const;
+export type Kind = typeof KINDS[number];
+
+/** A connected client and how to close it. */
+export interface Connection extends AsyncDisposable {
+  readonly client: RedisClient;
+  close(): Promise<void>;
+}
+
+/** Connects one client of `kind` to a server on `port`, reconnecting quickly when it dies. */
+export async function connect(kind: Kind, port: number): Promise<Connection> {
+  if (kind === "ioredis") {
+    const client = new Redis({
+      host: "127.0.0.1",
+      port,
+      lazyConnect: true,
+      maxRetriesPerRequest: null,
+      retryStrategy: () => 50,
+    });
+    client.on("error", () => {});
+    await client.connect();
+    const close = async () => {
+      client.disconnect();
+      if (client.status !== "end") {
+        await new Promise<void>((resolve) => client.once("end", () => resolve()));
+      }
+    };
+    return { client, close, [Symbol.asyncDispose]: close };
+  }
+  if (kind === "node-redis") {
+    const client = createClient({
+      socket: { host: "127.0.0.1", port, reconnectStrategy: () => 50, connectTimeout: 1_000 },
+    });
+    client.on("error", () => {});
+    await client.connect();
+    const close = async () => {
+      client.destroy();
+      await new Promise((r) => setTimeout(r, 0));
+    };
+    return { client, close, [Symbol.asyncDispose]: close };
+  }
+  const client = await DenoRedisFixture.connect(port);
+  const close = () => client[Symbol.asyncDispose]();
+  return { client, close, [Symbol.asyncDispose]: close };
+}
+
+/** Clients of one kind for every server of a group, closed together. */
+export interface Clients extends AsyncDisposable {
+  readonly clients: RedisClient[];
+  readonly connections: Connection[];
+}
+
+export async function connectAll(kind: Kind, servers: RedisServers): Promise<Clients> {
+  const connections = await Promise.all(servers.servers.map((s) => connect(kind, s.port)));
+  return {
+    clients: connections.map((c) => c.client),
+    connections,
+    [Symbol.asyncDispose]: async () => {
+      await Promise.all(connections.map((c) => c.close()));
+    },
+  };
+}
+
+/** Servers plus clients of one kind, disposed together (clients first). */
+export interface Setup extends AsyncDisposable {
+  readonly servers: RedisServers;
+  readonly clients: RedisClient[];
+}
+
+export async function setup(kind: Kind, count: number): Promise<Setup> {
+  const servers = await startServers(count);
+  try {
+    const { clients, [Symbol.asyncDispose]: close } = await connectAll(kind, servers);
+    return {
+      servers,
+      clients,
+      [Symbol.asyncDispose]: async () => {
+        await close();
+        await servers.stop();
+      },
+    };
+  } catch (error) {
+    await servers.stop();
+    throw error;
+  }
+}
+
+/** The value of `key` on `server` (raw GET), or null. */
+export async function get(server: RedisServer, key: string): Promise<string | null> {
+  const reply = await server.command("GET", key);
+  if (reply.startsWith("$-1")) return null;
+  return reply.split("\r\n")[1] ?? null;
+}
+
+/** An integer reply of a raw command. */
+export async function integer(server: RedisServer, ...args: string[]): Promise<number> {
+  const reply = await server.command(...args);
+  if (!reply.startsWith(":")) throw new Error(`not an integer reply: ${reply}`);
+  return Number(reply.slice(1).trim());
+}
+
+/** How many script calls (EVAL + EVALSHA) a server has run since its start. */
+export async function scriptCalls(server: RedisServer): Promise<number> {
+  const info = await server.command("INFO", "commandstats");
+  let calls = 0;
+  for (const match of info.matchAll(/cmdstat_(?:eval|evalsha):calls=(\d+)/g)) {
+    calls += Number(match[1]);
+  }
+  return calls;
+}
+
+/** Sets `key` to `value` with a PX expiry on a server directly (another holder). */
+export async function hold(server: RedisServer, key: string, value: string, ms: number) {
+  const reply = await server.command("SET", key, value, "PX", String(ms));
+  if (!reply.startsWith("+OK")) throw new Error(`SET failed: ${reply}`);
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
