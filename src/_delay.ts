@@ -4,7 +4,7 @@
  */
 export function delay(ms: number, signal?: AbortSignal): Promise<void> {
   if (signal === undefined) return new Promise((resolve) => setTimeout(resolve, ms));
-  signal.throwIfAborted();
+  if (signal.aborted) return Promise.reject(signal.reason);
   return new Promise((resolve, reject) => {
     const onAbort = () => {
       clearTimeout(timer);

@@ -776,19 +776,24 @@ export class Redlock extends EventTarget {
       if (ballot.ok && until > now()) {
         return new Lock({ redlock: this, resources: keys, value, attempts, validUntil: until });
       }
-      // Undo a partial (or too slow) lock; requests on one connection run in
-      // order, so this release lands after the acquire it undoes.
-      this.#releaseQuietly(
-        keys,
-        value,
-        this.#members.filter((m) =>
-          !(ballot.stats.votesAgainst.get(m.index) instanceof LockConflictError)
-        ),
+      // Undo a partial (or too slow) lock where it may have landed; requests on
+      // one connection run in order, so the release lands after the acquire.
+      const taken = this.#members.filter((m) =>
+        !(ballot.stats.votesAgainst.get(m.index) instanceof LockConflictError)
       );
       const { retryCount } = settings;
-      if (retryCount !== -1 && attempt > retryCount) {
-        const held = ballot.conflicts > 0 &&
-          ballot.conflicts + ballot.stats.votesFor.length >= this.quorum;
+      if (retryCount === -1 || attempt <= retryCount) {
+        this.#releaseQuietly(keys, value, taken);
+      } else {
+        // Giving up: reject only once the release has answered (or timed out).
+        await round(taken, (m) => this.#run(m, RELEASE, keys, [value]), {
+          timeout: settings.requestTimeout,
+          done: () => false,
+          onError: (error, member) => this.#emit(error, member),
+        });
+        // Another holder kept it unless server errors alone made a quorum impossible.
+        const errors = ballot.stats.votesAgainst.size - ballot.conflicts;
+        const held = ballot.conflicts > 0 && errors <= this.clients.length - this.quorum;
         const message = `acquire of ${show(keys)} failed`;
         throw held
           ? new ResourceLockedError(`${message}: held by another lock`, attempts)

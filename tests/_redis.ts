@@ -35,8 +35,10 @@ export async function connect(kind: Kind, port: number): Promise<Connection> {
     client.on("error", () => {});
     await client.connect();
     const close = async () => {
+      const reconnecting = client.status === "reconnecting";
       client.disconnect();
-      if (client.status !== "end") {
+      // Between reconnect attempts ioredis has no socket to close and never emits "end".
+      if (client.status !== "end" && !reconnecting) {
         await new Promise<void>((resolve) => client.once("end", () => resolve()));
       }
     };

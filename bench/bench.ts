@@ -1,0 +1,456 @@
+/**
+ * `deno task bench [--quick] [--reps=N] [--only=W1,W3] [--json=path] [--svg=path]`
+ *
+ * Compares @x/redlock (with ioredis and with node-redis) with node-redlock,
+ * @sesamecare-oss/redlock, redlock-universal and the bare protocol floor, in
+ * one process, on Redis servers it starts itself (1 and 3, loopback, no
+ * persistence) and stops at the end. Every repetition runs every
+ * implementation once, in an order rotated from one repetition to the next,
+ * each after a warm-up; tables show medians and ratios, the JSON file has
+ * every repetition, and the SVG chart shows the ratios to the floor.
+ *
+ * @module
+ */
+
+import { type RedisServers, startServers } from "../scripts/redis.ts";
+import { type Bar, type Group, renderChart, type Series } from "./_chart.ts";
+import { type Impl, IMPLS, NOTIFY_IMPLS } from "./_impls.ts";
+import { describeMachine, machineLine } from "./_machine.ts";
+import {
+  type Cell,
+  contentionTable,
+  extensionTable,
+  memoryTable,
+  ratioTarget,
+  Results,
+  type Roles,
+  type Target,
+  targetTable,
+  throughputTable,
+} from "./_report.ts";
+import {
+  contention,
+  extension,
+  memory,
+  type Outcome,
+  type Plan,
+  probeNotify,
+  throughput,
+  type Workload,
+} from "./_workloads.ts";
+
+// ---------------------------------------------------------------- options
+
+const args = new Map(
+  Deno.args.map((a) => {
+    const [name, value] = a.replace(/^--/, "").split("=", 2);
+    return [name!, value ?? "true"];
+  }),
+);
+for (const name of args.keys()) {
+  if (!["quick", "reps", "only", "json", "svg"].includes(name)) {
+    console.error(`unknown option --${name}; see the top of bench/bench.ts`);
+    Deno.exit(2);
+  }
+}
+const quick = args.has("quick");
+const plan: Plan = quick
+  ? {
+    reps: 3,
+    warmMs: 200,
+    measureMs: 600,
+    contentionMs: 1_000,
+    holdMs: 1,
+    thinkMs: 0,
+    memoryCycles: 20_000,
+  }
+  : {
+    reps: 5,
+    warmMs: 400,
+    measureMs: 1_500,
+    contentionMs: 2_000,
+    holdMs: 1,
+    thinkMs: 0,
+    memoryCycles: 200_000,
+  };
+const reps = Number(args.get("reps") ?? plan.reps);
+if (!Number.isInteger(reps) || reps < 1) throw new RangeError(`--reps must be ≥ 1, got ${reps}`);
+const only = args.get("only")?.split(",");
+const jsonPath = args.get("json") ?? "docs/bench.json";
+const svgPath = args.get("svg") ?? "docs/bench.svg";
+
+// ---------------------------------------------------------------- cells
+
+const ALL_CELLS: readonly Cell[] = [
+  { workload: "W1", servers: 1, title: "W1 · one loop, fresh key · 1 server", metric: "opsPerSec" },
+  {
+    workload: "W1",
+    servers: 3,
+    title: "W1 · one loop, fresh key · 3 servers",
+    metric: "opsPerSec",
+  },
+  {
+    workload: "W2",
+    servers: 1,
+    title: "W2 · 64 loops, distinct keys · 1 server",
+    metric: "opsPerSec",
+  },
+  {
+    workload: "W2",
+    servers: 3,
+    title: "W2 · 64 loops, distinct keys · 3 servers",
+    metric: "opsPerSec",
+  },
+  {
+    workload: "W3",
+    servers: 3,
+    title: "W3 · 16 workers, one key · 3 servers",
+    metric: "grantsPerSec",
+  },
+  {
+    workload: "W4",
+    servers: 3,
+    title: "W4 · 5 resources per lock · 3 servers",
+    metric: "opsPerSec",
+  },
+  {
+    workload: "W5",
+    servers: 3,
+    title: "W5 · using(), 200 ms lease held 1 s · 3 servers",
+    metric: "extensions",
+  },
+  {
+    workload: "W6",
+    servers: 3,
+    title: "W6 · memory: acquire/release cycles · 3 servers",
+    metric: "heapGrowthKiB",
+  },
+];
+const CELLS = ALL_CELLS.filter((c) => !only || only.includes(c.workload));
+
+const byId = (id: string): Impl => [...IMPLS, ...NOTIFY_IMPLS].find((i) => i.id === id)!;
+const X = byId("x-ioredis");
+const NODE_REDLOCK = byId("node-redlock");
+const roles: Roles = {
+  x: X,
+  floorFor: (impl) => byId(`floor-${impl.client}`),
+};
+
+function run(cell: Cell, impl: Impl, ports: readonly number[], notify: boolean): Promise<Outcome> {
+  switch (cell.workload) {
+    case "W1":
+      return throughput(impl, ports, { ...plan, reps }, { loops: 1, width: 1 });
+    case "W2":
+      return throughput(impl, ports, { ...plan, reps }, { loops: 64, width: 1 });
+    case "W4":
+      return throughput(impl, ports, { ...plan, reps }, { loops: 1, width: 5 });
+    case "W3":
+      return contention(impl, ports, plan, {
+        workers: 16,
+        retryDelay: 10,
+        ...(impl.role === "x" ? { wait: notify ? "notify" : "poll" } : {}),
+      });
+    case "W5":
+      return extension(impl, ports, { lease: 200, threshold: 100, holdMs: 1_000 });
+    case "W6":
+      return memory(impl, ports, plan);
+  }
+}
+
+function headline(cell: Cell, o: Outcome): string {
+  if (o.errors || o.violations) {
+    return `FAILED ${o.violations} violation(s) ${o.errors} error(s) ${o.error ?? ""}`;
+  }
+  const m = o.metrics;
+  switch (cell.workload as Workload) {
+    case "W3":
+      return `${m.grantsPerSec!.toFixed(0)} grants/s, ${
+        m.ownerChangesPerSec!.toFixed(0)
+      } owner changes/s, p50 ${m.waitP50!.toFixed(1)} ms, p99 ${m.waitP99!.toFixed(1)} ms`;
+    case "W5":
+      return `${m.extensions} extensions, p50 ${m.extensionP50!.toFixed(2)} ms`;
+    case "W6":
+      return `${m.cyclesPerSec!.toFixed(0)} cycles/s, heap ${m.heapGrowthKiB!.toFixed(0)} KiB, ` +
+        `${m.timersLeft} timers, ${m.connectionsLeft} connections left`;
+    default:
+      return `${m.opsPerSec!.toFixed(0)} ops/s`;
+  }
+}
+
+// ---------------------------------------------------------------- run
+
+const machine = await describeMachine();
+console.log(`# @x/redlock benchmark${quick ? " (quick)" : ""}\n`);
+console.log(`Machine: ${machineLine(machine)}`);
+console.log(
+  `Plan: ${reps} repetitions, warm-up ${plan.warmMs} ms, cells ${plan.measureMs} ms ` +
+    `(W3 ${plan.contentionMs} ms), W6 ${plan.memoryCycles.toLocaleString("en-US")} cycles\n`,
+);
+
+const groups: RedisServers[] = [];
+let stopping = false;
+const stopAll = async () => {
+  stopping = true;
+  await Promise.all(groups.map((g) => g.stop()));
+};
+const onSignal = () => {
+  console.error("\ninterrupted: stopping the Redis servers");
+  stopAll().finally(() => Deno.exit(130));
+};
+Deno.addSignalListener("SIGINT", onSignal);
+Deno.addSignalListener("SIGTERM", onSignal);
+
+const results = new Results();
+const started = new Date();
+let notify = false;
+try {
+  await using one = await startServers(1);
+  groups.push(one);
+  await using three = await startServers(3);
+  groups.push(three);
+  const ports = (n: number) => (n === 1 ? one.ports : three.ports);
+
+  if (CELLS.some((c) => c.workload === "W3")) {
+    notify = await probeNotify(X, three.ports).catch(() => false);
+    console.log(
+      `wait: "notify" ${notify ? "is available" : "is not available (rows skipped)"}\n`,
+    );
+  }
+
+  for (const cell of CELLS) {
+    const impls = cellImpls(cell);
+    for (let rep = 0; rep < reps && !stopping; rep++) {
+      const order = impls.map((_, i) => impls[(i + rep) % impls.length]!);
+      for (const [position, impl] of order.entries()) {
+        const why = whyNot(cell, impl);
+        if (why) {
+          results.skip(cell, impl, why);
+          continue;
+        }
+        (globalThis as { gc?: () => void }).gc?.();
+        const outcome = await run(cell, impl, ports(cell.servers), NOTIFY_IMPLS.includes(impl))
+          .catch((error): Outcome => ({
+            metrics: {},
+            errors: 1,
+            violations: 0,
+            error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+          }));
+        results.add({
+          ...outcome,
+          workload: cell.workload,
+          servers: cell.servers,
+          impl: impl.id,
+          rep,
+          position,
+        });
+        console.error(
+          `${cell.workload}·${cell.servers} rep ${rep + 1}/${reps}  ${impl.label.padEnd(32)} ${
+            headline(cell, outcome)
+          }`,
+        );
+      }
+    }
+  }
+} finally {
+  Deno.removeSignalListener("SIGINT", onSignal);
+  Deno.removeSignalListener("SIGTERM", onSignal);
+}
+
+function cellImpls(cell: Cell): Impl[] {
+  return cell.workload === "W3" ? [...IMPLS, ...NOTIFY_IMPLS] : [...IMPLS];
+}
+
+function whyNot(cell: Cell, impl: Impl): string | undefined {
+  if (cell.workload === "W4" && !impl.multiResource) return "no multi-resource Redlock";
+  if (cell.workload === "W5" && !impl.hasUsing) return "no using()";
+  if (cell.workload === "W3" && NOTIFY_IMPLS.includes(impl) && !notify) {
+    return 'wait: "notify" not available';
+  }
+  return undefined;
+}
+
+// ---------------------------------------------------------------- report
+
+const finished = new Date();
+const best = notify ? byId("x-ioredis-notify") : X;
+const sections: string[] = [];
+for (const cell of CELLS) {
+  const impls = cellImpls(cell);
+  const body = cell.workload === "W3"
+    ? contentionTable(results, cell, impls, roles, best)
+    : cell.workload === "W5"
+    ? extensionTable(results, cell, impls)
+    : cell.workload === "W6"
+    ? memoryTable(results, cell, impls)
+    : throughputTable(results, cell, impls, roles);
+  sections.push(`## ${cell.title}\n\n${body}`);
+}
+
+const cellOf = (workload: Workload, servers: number) =>
+  CELLS.find((c) => c.workload === workload && c.servers === servers);
+const targets: Target[] = [];
+for (const [workload, servers] of [["W1", 1], ["W1", 3], ["W4", 3]] as const) {
+  const cell = cellOf(workload, servers);
+  if (!cell) continue;
+  for (const x of [X, byId("x-node-redis")]) {
+    targets.push(
+      ratioTarget(
+        `${workload}·${servers} ${x.label} ÷ floor`,
+        results.ratio(cell, x, roles.floorFor(x)!),
+        0.97,
+      ),
+    );
+  }
+  targets.push(
+    ratioTarget(
+      `${workload}·${servers} ${X.label} ÷ node-redlock`,
+      results.ratio(cell, X, NODE_REDLOCK),
+      1.05,
+    ),
+  );
+}
+for (const servers of [1, 3]) {
+  const cell = cellOf("W2", servers);
+  if (!cell) continue;
+  for (const x of [X, byId("x-node-redis")]) {
+    targets.push(
+      ratioTarget(
+        `W2·${servers} ${x.label} ÷ floor`,
+        results.ratio(cell, x, roles.floorFor(x)!),
+        0.95,
+      ),
+    );
+  }
+}
+const w3 = cellOf("W3", 3);
+if (w3) {
+  for (const x of [X, byId("x-ioredis-notify")]) {
+    targets.push(
+      ratioTarget(`W3 ${x.label} grants ÷ floor`, results.ratio(w3, x, roles.floorFor(x)!), 1),
+    );
+  }
+  targets.push(
+    ratioTarget(
+      `W3 node-redlock p99 wait ÷ ${byId("x-ioredis-notify").label} p99`,
+      results.ratio(w3, NODE_REDLOCK, byId("x-ioredis-notify"), "waitP99"),
+      5,
+    ),
+  );
+}
+const w6 = cellOf("W6", 3);
+if (w6) {
+  for (const x of [X, byId("x-node-redis")]) {
+    const s = results.summary(w6, x);
+    const m = s && !s.failed ? s.medians : undefined;
+    targets.push({
+      name: `W6 ${x.label} heap growth after GC`,
+      goal: "< 1024 KiB",
+      value: m ? `${m.heapGrowthKiB!.toFixed(0)} KiB` : "–",
+      met: m ? m.heapGrowthKiB! < 1024 : null,
+    });
+    targets.push({
+      name: `W6 ${x.label} timers / connections left`,
+      goal: "0 / 0",
+      value: m ? `${m.timersLeft} / ${m.connectionsLeft}` : "–",
+      met: m ? m.timersLeft === 0 && m.connectionsLeft === 0 : null,
+    });
+  }
+}
+
+console.log(sections.join("\n\n"));
+console.log(`\n## Targets\n\n${targetTable(targets)}\n`);
+console.log(
+  `Ratios are medians of per-repetition ratios; "÷ floor" compares with the floor on the same ` +
+    `client. Absolute figures are this machine's: ${machineLine(machine)}.`,
+);
+
+// ---------------------------------------------------------------- files
+
+const summaries = CELLS.flatMap((cell) =>
+  cellImpls(cell).flatMap((impl) => {
+    const why = results.skippedWhy(cell, impl);
+    const s = results.summary(cell, impl);
+    return [{
+      workload: cell.workload,
+      servers: cell.servers,
+      impl: impl.id,
+      label: impl.label,
+      ...(why ? { skipped: why } : {}),
+      ...(s
+        ? {
+          reps: s.reps,
+          failed: s.failed,
+          ...(s.reason ? { reason: s.reason } : {}),
+          medians: s.medians,
+          ratioToFloor: impl.role === "floor"
+            ? 1
+            : results.ratio(cell, impl, roles.floorFor(impl)!),
+          ...(impl.role === "peer" ? { xOverThis: results.ratio(cell, X, impl) } : {}),
+        }
+        : {}),
+    }];
+  })
+);
+const report = {
+  machine,
+  plan: { ...plan, reps, quick },
+  started: started.toISOString(),
+  finished: finished.toISOString(),
+  notifyAvailable: notify,
+  implementations: [...IMPLS, ...NOTIFY_IMPLS].map((i) => ({
+    id: i.id,
+    label: i.label,
+    client: i.client,
+    role: i.role,
+  })),
+  samples: results.samples,
+  summaries,
+  targets,
+};
+await Deno.mkdir(jsonPath.replace(/\/[^/]*$/, "") || ".", { recursive: true });
+await Deno.writeTextFile(jsonPath, JSON.stringify(report, null, 2) + "\n");
+
+const SERIES: readonly Series[] = [
+  { id: "x-ioredis", label: "@x/redlock (ioredis)", color: "#1d4ed8" },
+  { id: "x-node-redis", label: "@x/redlock (node-redis)", color: "#60a5fa" },
+  { id: "x-ioredis-notify", label: "@x/redlock (ioredis, notify)", color: "#1e3a8a" },
+  { id: "node-redlock", label: "node-redlock 5.0.0-beta.2", color: "#f97316" },
+  { id: "sesamecare", label: "@sesamecare-oss/redlock", color: "#a855f7" },
+  { id: "universal", label: "redlock-universal", color: "#10b981" },
+];
+const chartGroups: Group[] = CELLS.filter((c) => ["W1", "W2", "W3", "W4"].includes(c.workload))
+  .map((cell) => ({
+    label: `${cell.workload} · ${cell.servers} server${cell.servers > 1 ? "s" : ""}`,
+    bars: SERIES.filter((s) => cell.workload === "W3" || !s.id.endsWith("-notify"))
+      .filter((s) => s.id !== "x-ioredis-notify" || notify)
+      .map((s): Bar => {
+        const impl = byId(s.id);
+        const why = results.skippedWhy(cell, impl);
+        const sum = results.summary(cell, impl);
+        if (why) return { series: s.id, value: null, note: "n/a" };
+        if (!sum) return { series: s.id, value: null, note: "not run" };
+        if (sum.failed) return { series: s.id, value: null, note: "failed" };
+        return { series: s.id, value: results.ratio(cell, impl, roles.floorFor(impl)!) };
+      }),
+  }));
+if (chartGroups.length > 0) {
+  await Deno.mkdir(svgPath.replace(/\/[^/]*$/, "") || ".", { recursive: true });
+  await Deno.writeTextFile(
+    svgPath,
+    renderChart({
+      title: "Throughput ÷ protocol floor (higher is better)",
+      subtitle: "W1–W2, W4: acquire+release/s; W3: grants/s. Floor = bare SET NX PX + " +
+        "compare-and-delete, same client.",
+      series: SERIES.filter((s) => s.id !== "x-ioredis-notify" || notify),
+      groups: chartGroups,
+      reference: { value: 1, label: "floor = 1.00" },
+      footer: [
+        `Medians of ${reps} repetitions${quick ? " (quick run)" : ""}, ${
+          finished.toISOString().slice(0, 10)
+        }. Ratios only; absolute figures are in docs/bench.json.`,
+        `Machine: ${machineLine(machine)}.`,
+      ],
+    }),
+  );
+}
+console.log(`\nwrote ${jsonPath}${chartGroups.length ? ` and ${svgPath}` : ""}`);

@@ -1,0 +1,104 @@
+import assert from "node:assert/strict";
+import { LockConflictError, LockLostError, Redlock } from "../mod.ts";
+import { get, integer, KINDS, setup, sleep } from "./_redis.ts";
+
+for (const kind of KINDS) {
+  Deno.test(`[${kind}] release() of an already-expired lock resolves`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const lock = await redlock.acquire("expired", 100);
+    await sleep(200);
+    assert.equal(await get(env.servers.servers[0]!, "expired"), null);
+    const result = await lock.release();
+    assert.equal(result.attempts[0]!.votesFor.length >= 2, true);
+  });
+
+  Deno.test(`[${kind}] extend() after expiry rejects with LockLostError`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const lock = await redlock.acquire("late", 100);
+    await sleep(200);
+    assert.equal(lock.remainingTime, 0);
+    await assert.rejects(lock.extend(1_000), LockLostError);
+    assert.equal(await get(env.servers.servers[1]!, "late"), null);
+  });
+
+  Deno.test(
+    `[${kind}] release() and extend() never touch another holder's value`,
+    async () => {
+      await using env = await setup(kind, 3);
+      const redlock = new Redlock(env.clients);
+      const mine = await redlock.acquire("shared", 150);
+      await sleep(250);
+      const theirs = await redlock.acquire("shared", 10_000);
+      await mine.release();
+      for (const server of env.servers.servers) {
+        assert.equal(await get(server, "shared"), theirs.value);
+      }
+      const error = await redlock.extend(mine, 60_000, { onlyIfLocked: true }).then(
+        () => assert.fail("extend should fail"),
+        (e) => e,
+      );
+      assert.ok(error instanceof LockLostError);
+      for (const server of env.servers.servers) {
+        assert.equal(await get(server, "shared"), theirs.value);
+        assert.ok(await integer(server, "PTTL", "shared") <= 10_000);
+      }
+      // even a lock that has not expired locally is not extended once the keys are another's
+      const fresh = await redlock.acquire("other", 5_000);
+      for (const server of env.servers.servers) {
+        await server.command("SET", "other", "intruder", "PX", "5000");
+      }
+      const lost = await fresh.extend(5_000).then(() => assert.fail("must fail"), (e) => e);
+      assert.ok(lost instanceof LockLostError);
+      assert.ok(
+        [...lost.attempts[0]!.votesAgainst.values()].every((e) => e instanceof LockConflictError),
+      );
+      await fresh.release();
+      assert.equal(await get(env.servers.servers[0]!, "other"), "intruder");
+      await theirs.release();
+    },
+  );
+
+  Deno.test(`[${kind}] extend() renews the keys and measures validity from its own start`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const lock = await redlock.acquire("renew", 500);
+    await sleep(300);
+    const start = performance.now();
+    const extended = await lock.extend(2_000);
+    const expected = performance.timeOrigin + start + 2_000 - (20 + 2);
+    assert.ok(extended.expiration >= expected - 1, `${extended.expiration - expected}`);
+    assert.ok(extended.expiration <= performance.timeOrigin + performance.now() + 2_000 - 22);
+    assert.equal(extended.value, lock.value);
+    assert.notEqual(extended, lock);
+    assert.ok(await integer(env.servers.servers[0]!, "PTTL", "renew") > 1_500);
+    await sleep(400); // past the first lease
+    assert.equal(await get(env.servers.servers[0]!, "renew"), lock.value);
+    await extended.release();
+    assert.equal(await get(env.servers.servers[0]!, "renew"), null);
+  });
+
+  Deno.test(`[${kind}] await using releases the lock at the end of the block`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    {
+      await using lock = await redlock.acquire("scoped", 10_000);
+      assert.equal(await get(env.servers.servers[0]!, "scoped"), lock.value);
+    }
+    for (const server of env.servers.servers) assert.equal(await get(server, "scoped"), null);
+  });
+
+  Deno.test(`[${kind}] await using releases the lock when the block throws`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    let value = "";
+    await assert.rejects(async () => {
+      await using lock = await redlock.acquire("thrown", 10_000);
+      value = lock.value;
+      throw new Error("boom");
+    }, /boom/);
+    assert.notEqual(value, "");
+    for (const server of env.servers.servers) assert.equal(await get(server, "thrown"), null);
+  });
+}
