@@ -47,7 +47,7 @@ export function renderChart(chart: Chart): string {
   const barHeight = 13;
   const barGap = 3;
   const groupGap = 14;
-  const top = 62 + Math.ceil(chart.series.length / 3) * 18;
+  const top = 78 + Math.ceil(chart.series.length / 3) * 18;
   const plot = width - left - right;
   const values = chart.groups.flatMap((g) => g.bars.map((b) => b.value ?? 0));
   const max = Math.max(chart.reference.value * 1.25, ...values.map((v) => v * 1.08));
@@ -104,7 +104,7 @@ export function renderChart(chart: Chart): string {
   }
   const legend = chart.series.map((s, i) => {
     const lx = 20 + (i % 3) * 245;
-    const ly = 50 + Math.floor(i / 3) * 18;
+    const ly = 62 + Math.floor(i / 3) * 18;
     return `<rect x="${lx}" y="${ly - 10}" width="12" height="12" fill="${s.color}"/>` +
       `<text x="${lx + 18}" y="${ly}">${escape(s.label)}</text>`;
   });

@@ -69,6 +69,8 @@ export class Results {
     const samples = this.of(cell, impl);
     if (samples.length === 0) return undefined;
     const bad = samples.find((s) => s.errors > 0 || s.violations > 0);
+    const errors = samples.reduce((n, s) => n + s.errors, 0);
+    const violations = samples.reduce((n, s) => n + s.violations, 0);
     const medians: Record<string, number> = {};
     for (const name of Object.keys(samples[0]!.metrics)) {
       medians[name] = median(samples.map((s) => s.metrics[name]!).filter(Number.isFinite));
@@ -79,7 +81,7 @@ export class Results {
       failed: bad !== undefined,
       ...(bad
         ? {
-          reason: `${bad.violations} violation(s), ${bad.errors} error(s)` +
+          reason: `${violations} violation(s), ${errors} error(s) in ${samples.length} rep(s)` +
             (bad.error ? `: ${bad.error}` : ""),
         }
         : {}),

@@ -102,6 +102,21 @@ async function listen(): Promise<void> {
   Deno.exit(0);
 }
 
+/** Long work: extends the lock halfway, as `using()` would; returns the lock in force. */
+async function workAndExtend(lock: Lock, h: number, lease: number, think: number): Promise<Lock> {
+  await sleep(think / 2);
+  const start = instant();
+  try {
+    lock = await lock.extend(lease);
+    send({ ev: "extended", w, h, start, t: instant(), expiration: lock.expiration, error: null });
+  } catch (error) {
+    const { error: name } = describe(error);
+    send({ ev: "extended", w, h, start, t: instant(), expiration: null, error: name });
+  }
+  await sleep(think / 2);
+  return lock;
+}
+
 async function holdOnce(h: number): Promise<void> {
   const r = rng.pick(config.resources);
   // a hold the parent asked to linger gets the longest lease (it is to work long)
@@ -133,50 +148,25 @@ async function holdOnce(h: number): Promise<void> {
   try {
     const read = await store.read(r, tag, token);
     send({ ev: "read", w, h, t: instant(), value: read.value, fenced: read.fenced });
-    // A lingering hold stands for one whose work stalls after it checked its
-    // lease (a GC pause, a swap-in, SIGSTOP): it checks for a short job, then
-    // takes lingerMs, during which the parent stops the process.
     const long = rng.chance(config.longShare);
     const think = long
       ? rng.int(config.longThinkMin, config.longThinkMax)
       : rng.int(config.thinkMin, config.thinkMax);
+    // a careful holder checks that its lease leaves room for the work
     const remaining = lock.remainingTime;
     if (remaining < think + MARGIN) {
       send({ ev: "skipped", w, h, t: instant(), remaining });
     } else {
+      // A lingering hold stands for one whose work stalls after that check
+      // (a GC pause, a swap-in, SIGSTOP): the parent stops the process or
+      // crashes servers during its lingerMs.
       const linger = lingerNext;
       lingerNext = false;
-      if (linger) send({ ev: "thinking", w, h, t: instant(), expiration: lock.expiration });
       if (linger) {
+        send({ ev: "thinking", w, h, t: instant(), expiration: lock.expiration });
         await sleep(config.lingerMs);
       } else if (long) {
-        // long work extends its lock halfway, as using() would
-        await sleep(think / 2);
-        const extendStart = instant();
-        try {
-          lock = await lock.extend(lease);
-          send({
-            ev: "extended",
-            w,
-            h,
-            start: extendStart,
-            t: instant(),
-            expiration: lock.expiration,
-            error: null,
-          });
-        } catch (error) {
-          const { error: name } = describe(error);
-          send({
-            ev: "extended",
-            w,
-            h,
-            start: extendStart,
-            t: instant(),
-            expiration: null,
-            error: name,
-          });
-        }
-        await sleep(think / 2);
+        lock = await workAndExtend(lock, h, lease, think);
       } else {
         await sleep(think);
       }

@@ -140,12 +140,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   if (!fencing) {
     log("  note: lock.fencingToken was undefined: fencing is not available in this build");
   }
+  const replay = [
+    `deno task chaos --seconds ${options.seconds} --seed ${options.seed}`,
+    options.cases ? ` --cases ${names.join(",")}` : "",
+    options.workers ? ` --workers ${run.workers}` : "",
+    options.resources ? ` --resources ${run.resources}` : "",
+  ].join("");
   log("");
   log(
-    safe
-      ? `SAFE (replay: deno task chaos --seconds ${options.seconds} --seed ${options.seed})`
-      : `UNSAFE: safety was violated (replay: deno task chaos --seconds ${options.seconds} ` +
-        `--seed ${options.seed})`,
+    safe ? `SAFE (replay: ${replay})` : `UNSAFE: safety was violated (replay: ${replay})`,
   );
   if (options.out) {
     await Deno.writeTextFile(options.out, JSON.stringify({ seed: options.seed, results }, null, 1));

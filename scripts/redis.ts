@@ -56,7 +56,7 @@ export function detectEngine(): Promise<Engine> {
 }
 
 /** Reserves a free loopback port (and, for a cluster, its bus port + 10000). */
-async function freePort(cluster: boolean): Promise<number> {
+function freePort(cluster: boolean): number {
   for (let i = 0; i < 100; i++) {
     const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     const { port } = listener.addr as Deno.NetAddr;
@@ -301,7 +301,7 @@ export async function startServers(
   const servers: RedisServer[] = [];
   try {
     for (let i = 0; i < count; i++) {
-      const port = await freePort(cluster);
+      const port = freePort(cluster);
       const dir = await Deno.makeTempDir({ prefix: `redlock-redis-${port}-` });
       const args = [
         "--save",

@@ -44,6 +44,7 @@ export function round<T>(
 ): Promise<Tally<T>> {
   const { timeout, signal, done, onError } = options;
   if (signal?.aborted) return Promise.reject(signal.reason);
+  if (members.length === 0) return Promise.resolve({ answers: new Map(), errors: new Map() });
   return new Promise((resolve, reject) => {
     const answers = new Map<number, T>();
     const errors = new Map<number, Error>();

@@ -664,7 +664,7 @@ export class Redlock extends EventTarget {
    */
   remainingTtl(lock: Lock, options?: InspectOptions): Promise<number | null> {
     checkLock(lock);
-    return this.#inspect(lock.resources, lock.value, options, "remainingTtl(lock)");
+    return this.#inspect(lock.resources, lock.value, options, "remainingTtl(lock)", true);
   }
 
   /**
@@ -686,7 +686,7 @@ export class Redlock extends EventTarget {
    */
   remainingTtlForResource(resource: string, options?: InspectOptions): Promise<number | null> {
     const keys = checkResources([resource], "resource");
-    return this.#inspect(keys, "", options, `remainingTtlForResource(${show(keys)})`);
+    return this.#inspect(keys, "", options, `remainingTtlForResource(${show(keys)})`, true);
   }
 
   /**
@@ -896,13 +896,16 @@ export class Redlock extends EventTarget {
   /**
    * One round of INSPECT: the quorum-th largest TTL among servers that hold
    * the keys (for `value`, or for anyone when it is ""), less the round's time
-   * and drift; `null` when a quorum does not hold them.
+   * and drift; `null` when a quorum does not hold them. It settles as soon as
+   * the yes/no answer is known, unless `everyServer` asks it to hear every
+   * server out (bounded by requestTimeout) for the best TTL estimate.
    */
   async #inspect(
     keys: readonly string[],
     value: string,
     options: InspectOptions | undefined,
     what: string,
+    everyServer = false,
   ): Promise<number | null> {
     const opts = checkCallOptions(options);
     const settings = checkSettings(opts, this.settings, "options");
@@ -918,6 +921,7 @@ export class Redlock extends EventTarget {
         signal: opts.signal,
         onError: (error, member) => this.#emit(error, member),
         done: ({ answers }) => {
+          if (everyServer) return false;
           let held = 0;
           for (const ttl of answers.values()) if (ttl !== -2) held++;
           return held >= q || answers.size - held >= q;

@@ -105,6 +105,7 @@ export async function setup(kind: Kind, count: number): Promise<Setup> {
 /** The value of `key` on `server` (raw GET), or null. */
 export async function get(server: RedisServer, key: string): Promise<string | null> {
   const reply = await server.command("GET", key);
+  if (reply.startsWith("-")) throw new Error(reply.trim());
   if (reply.startsWith("$-1")) return null;
   return reply.split("\r\n")[1] ?? null;
 }

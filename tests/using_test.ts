@@ -1,0 +1,115 @@
+import assert from "node:assert/strict";
+import { ExecutionError, LockLostError, Redlock, type RedlockErrorEvent } from "../mod.ts";
+import { get, KINDS, setup, sleep } from "./_redis.ts";
+
+/** Resolves with the signal's reason once it aborts, or rejects after `ms`. */
+function aborted(signal: AbortSignal, ms: number): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`not aborted within ${ms} ms`)), ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve(signal.reason);
+    }, { once: true });
+  });
+}
+
+for (const kind of KINDS) {
+  Deno.test(`[${kind}] using() extends a short lock at least 3 times while the routine runs`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients, { automaticExtensionThreshold: 300 });
+    let first = 0;
+    let value = "";
+    const result = await redlock.using("long-job", 600, async (signal, context) => {
+      first = context.lock.expiration;
+      value = context.lock.value;
+      await sleep(1_400);
+      assert.equal(signal.aborted, false);
+      assert.ok(context.extensions >= 3, `${context.extensions} extensions`);
+      // each extension's validity runs from its own start: the last one ends well after the first
+      assert.ok(context.lock.expiration - first >= 3 * 250);
+      assert.ok(context.lock.remainingTime > 0);
+      for (const server of env.servers.servers) {
+        assert.equal(await get(server, "long-job"), value);
+      }
+      return context.extensions;
+    });
+    assert.ok(result >= 3);
+    for (const server of env.servers.servers) assert.equal(await get(server, "long-job"), null);
+  });
+
+  Deno.test(`[${kind}] using() aborts the signal with LockLostError when the keys vanish`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients, { automaticExtensionThreshold: 300 });
+    const reason = await redlock.using("vanish", 600, async (signal) => {
+      for (const server of env.servers.servers) await server.command("DEL", "vanish");
+      return await aborted(signal, 3_000);
+    });
+    assert.ok(reason instanceof LockLostError, String(reason));
+    assert.ok(reason.attempts.length >= 1);
+  });
+
+  Deno.test(`[${kind}] using() aborts the signal with LockLostError when a majority stops`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients, {
+      automaticExtensionThreshold: 300,
+      requestTimeout: 100,
+      retryDelay: 20,
+      retryJitter: 10,
+    });
+    const errors: Error[] = [];
+    redlock.on("error", (error) => errors.push(error));
+    const start = performance.now();
+    const reason = await redlock.using("stopping", 600, async (signal) => {
+      await env.servers.servers[1]!.kill();
+      await env.servers.servers[2]!.kill();
+      return await aborted(signal, 3_000);
+    });
+    assert.ok(reason instanceof LockLostError, String(reason));
+    assert.ok(reason.attempts.length >= 2, "it retried while the lock was still valid");
+    assert.ok(performance.now() - start < 2_000);
+    assert.ok(errors.length > 0);
+  });
+
+  Deno.test(`[${kind}] using() rejects with the routine's own error and still releases`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    await assert.rejects(
+      redlock.using("fails", 5_000, () => Promise.reject(new RangeError("routine broke"))),
+      { name: "RangeError", message: "routine broke" },
+    );
+    for (const server of env.servers.servers) assert.equal(await get(server, "fails"), null);
+  });
+
+  Deno.test(
+    `[${kind}] using() resolves with the result and reports a failed release as an error event`,
+    async () => {
+      await using env = await setup(kind, 3);
+      const redlock = new Redlock(env.clients, { requestTimeout: 150 });
+      const events: RedlockErrorEvent[] = [];
+      redlock.addEventListener("error", (e) => events.push(e as RedlockErrorEvent));
+      const result = await redlock.using("unreleasable", 5_000, async () => {
+        await env.servers.servers[0]!.kill();
+        await env.servers.servers[1]!.kill();
+        return 42;
+      });
+      assert.equal(result, 42);
+      const whole = events.filter((e) => e.server === -1);
+      assert.equal(whole.length, 1);
+      assert.ok(whole[0]!.error instanceof ExecutionError);
+      assert.ok(events.some((e) => e.server === 0) && events.some((e) => e.server === 1));
+    },
+  );
+
+  Deno.test(`[${kind}] using() combines the caller's signal with the routine's`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const controller = new AbortController();
+    const reason = new Error("caller gave up");
+    const seen = await redlock.using("combined", 5_000, { signal: controller.signal }, (signal) => {
+      controller.abort(reason);
+      return signal.reason;
+    });
+    assert.equal(seen, reason);
+    for (const server of env.servers.servers) assert.equal(await get(server, "combined"), null);
+  });
+}

@@ -1,0 +1,124 @@
+import assert from "node:assert/strict";
+import { ExecutionError, Redlock, ResourceLockedError } from "../mod.ts";
+import { get, hold, KINDS, scriptCalls, setup, sleep } from "./_redis.ts";
+
+for (const kind of KINDS) {
+  Deno.test(`[${kind}] acquire() rejects at once with signal.reason when aborted while waiting`, async () => {
+    await using env = await setup(kind, 3);
+    for (const server of env.servers.servers) await hold(server, "busy", "other", 10_000);
+    const redlock = new Redlock(env.clients, { retryCount: -1, retryDelay: 1_000 });
+    const controller = new AbortController();
+    const reason = new Error("user left");
+    const waiting = redlock.acquire("busy", 5_000, { signal: controller.signal });
+    await sleep(100);
+    const start = performance.now();
+    controller.abort(reason);
+    await assert.rejects(waiting, (e) => e === reason);
+    assert.ok(performance.now() - start < 100, "rejects at once, not after the retry delay");
+    for (const server of env.servers.servers) assert.equal(await get(server, "busy"), "other");
+  });
+
+  Deno.test(`[${kind}] acquire() rejects with a TimeoutError after options.timeout`, async () => {
+    await using env = await setup(kind, 3);
+    for (const server of env.servers.servers) await hold(server, "slow", "other", 10_000);
+    const redlock = new Redlock(env.clients, { retryCount: -1, retryDelay: 50 });
+    const start = performance.now();
+    await assert.rejects(
+      redlock.acquire("slow", 5_000, { timeout: 300 }),
+      (e) => e instanceof DOMException && e.name === "TimeoutError",
+    );
+    const elapsed = performance.now() - start;
+    assert.ok(elapsed >= 290 && elapsed < 1_000, `${elapsed} ms`);
+    for (const server of env.servers.servers) assert.equal(await get(server, "slow"), "other");
+  });
+
+  Deno.test(`[${kind}] acquire() with an aborted signal sends nothing`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const reason = new Error("already");
+    await assert.rejects(
+      redlock.acquire("x", 1_000, { signal: AbortSignal.abort(reason) }),
+      (e) => e === reason,
+    );
+    for (const server of env.servers.servers) assert.equal(await scriptCalls(server), 0);
+  });
+
+  Deno.test(`[${kind}] acquire() aborted mid-request leaves nothing locked`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients, { requestTimeout: 2_000 });
+    await env.servers.servers[2]!.pause();
+    await env.servers.servers[1]!.pause();
+    const controller = new AbortController();
+    const waiting = redlock.acquire("mid", 10_000, { signal: controller.signal });
+    await sleep(50);
+    controller.abort(new Error("stop"));
+    await assert.rejects(waiting, /stop/);
+    await env.servers.servers[1]!.resume();
+    await env.servers.servers[2]!.resume();
+    for (let i = 0; i < 50 && (await get(env.servers.servers[1]!, "mid")) !== null; i++) {
+      await sleep(10);
+    }
+    for (const server of env.servers.servers) assert.equal(await get(server, "mid"), null);
+  });
+
+  Deno.test(`[${kind}] acquire() with retryCount -1 waits until the holder's lease ends`, async () => {
+    await using env = await setup(kind, 3);
+    for (const server of env.servers.servers) await hold(server, "patient", "other", 400);
+    const redlock = new Redlock(env.clients, { retryCount: -1, retryDelay: 50, retryJitter: 10 });
+    const lock = await redlock.acquire("patient", 5_000, { timeout: 5_000 });
+    assert.ok(lock.attempts.length > 3, `${lock.attempts.length} attempts`);
+    assert.equal(await get(env.servers.servers[0]!, "patient"), lock.value);
+    await lock.release();
+  });
+
+  Deno.test(`[${kind}] acquire() that gives up on a held resource throws ResourceLockedError`, async () => {
+    await using env = await setup(kind, 3);
+    for (const server of env.servers.servers) await hold(server, "kept", "other", 10_000);
+    const redlock = new Redlock(env.clients, { retryCount: 2, retryDelay: 10, retryJitter: 0 });
+    const error = await redlock.acquire("kept", 5_000).then(
+      () => assert.fail("must fail"),
+      (e) => e,
+    );
+    assert.ok(error instanceof ResourceLockedError);
+    assert.equal(error.name, "ResourceLockedError");
+    assert.equal(error.attempts.length, 3);
+  });
+
+  Deno.test(`[${kind}] acquire() uses a retryDelay function of the attempt number`, async () => {
+    await using env = await setup(kind, 1);
+    await hold(env.servers.servers[0]!, "fn", "other", 10_000);
+    const seen: number[] = [];
+    const redlock = new Redlock(env.clients, {
+      retryCount: 3,
+      retryJitter: 0,
+      retryDelay: (attempt) => (seen.push(attempt), 10 * attempt),
+    });
+    await assert.rejects(redlock.acquire("fn", 1_000), ResourceLockedError);
+    assert.deepEqual(seen, [1, 2, 3]);
+  });
+
+  Deno.test(`[${kind}] tryAcquire() makes exactly one attempt and returns a Lock or null`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients, { retryCount: 10 });
+    const lock = await redlock.tryAcquire("try", 5_000);
+    assert.ok(lock !== null);
+    assert.equal(lock.attempts.length, 1);
+    const before = await scriptCalls(env.servers.servers[0]!);
+    assert.equal(await redlock.tryAcquire("try", 5_000), null);
+    assert.equal(await scriptCalls(env.servers.servers[0]!) - before, 1, "one attempt, no retry");
+    await lock.release();
+  });
+
+  Deno.test(`[${kind}] tryAcquire() throws ExecutionError when a quorum is lost to server errors`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients, { requestTimeout: 150 });
+    await env.servers.servers[0]!.kill();
+    await env.servers.servers[1]!.kill();
+    const error = await redlock.tryAcquire("try", 5_000).then(
+      () => assert.fail("must throw"),
+      (e) => e,
+    );
+    assert.ok(error instanceof ExecutionError);
+    assert.ok(!(error instanceof ResourceLockedError));
+  });
+}
