@@ -144,7 +144,14 @@ function xImpl(kind: ClientKind, wait?: "notify"): Impl {
           });
           return { extensions, latencies };
         },
-        close: () => closeAll(connections),
+        async close() {
+          // A Redlock that holds resources of its own (e.g. for notified waiting) may be disposable.
+          const dispose = (redlock as { [Symbol.asyncDispose]?: () => Promise<void> })[
+            Symbol.asyncDispose
+          ];
+          await dispose?.call(redlock);
+          await closeAll(connections);
+        },
       };
     },
   };
