@@ -22,7 +22,7 @@ export interface RoundOptions<T> {
   readonly timeout: number;
   readonly signal?: AbortSignal | undefined;
   /** Whether the round can settle with what it has (called after each answer or error). */
-  readonly done: (tally: Tally<T>, pending: number) => boolean;
+  readonly done: (tally: Tally<T>) => boolean;
   /** Called for every failure of a request, also after the round settled. */
   readonly onError: (error: Error, member: Member) => void;
 }
@@ -32,10 +32,11 @@ const toError = (error: unknown): Error =>
 
 /**
  * Sends one request to every member at once and resolves as soon as `done`
- * says so, or when every request has answered, failed or timed out. When the
- * round settles its timers are cleared; a request still in flight is left to
- * its client, and a later failure of it still reaches `onError`. An abort
- * rejects at once with `signal.reason`.
+ * says so, or when every request has answered, failed or timed out. All
+ * requests start together, so one timer bounds them all; it is cleared when
+ * the round settles. A request still in flight then is left to its client,
+ * and a later failure of it still reaches `onError`. An abort rejects at once
+ * with `signal.reason`.
  */
 export function round<T>(
   members: readonly Member[],
@@ -44,48 +45,42 @@ export function round<T>(
 ): Promise<Tally<T>> {
   const { timeout, signal, done, onError } = options;
   if (signal?.aborted) return Promise.reject(signal.reason);
-  if (members.length === 0) return Promise.resolve({ answers: new Map(), errors: new Map() });
+  const answers = new Map<number, T>();
+  const errors = new Map<number, Error>();
+  const tally: Tally<T> = { answers, errors };
+  if (members.length === 0) return Promise.resolve(tally);
   return new Promise((resolve, reject) => {
-    const answers = new Map<number, T>();
-    const errors = new Map<number, Error>();
-    const timers = new Set<ReturnType<typeof setTimeout>>();
     let pending = members.length;
     let settled = false;
-    const stop = () => {
+    const finish = () => {
       settled = true;
-      for (const timer of timers) clearTimeout(timer);
-      timers.clear();
+      clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
     };
     const onAbort = () => {
       if (settled) return;
-      stop();
+      finish();
       reject(signal!.reason);
     };
     const check = () => {
-      const tally = { answers, errors };
-      if (pending === 0 || done(tally, pending)) {
-        stop();
-        resolve({ answers: new Map(answers), errors: new Map(errors) });
+      if (--pending === 0 || done(tally)) {
+        finish();
+        resolve(tally);
       }
     };
+    const timer = setTimeout(() => {
+      if (settled) return;
+      for (const member of members) {
+        if (answers.has(member.index) || errors.has(member.index)) continue;
+        const error = new RequestTimeoutError(member.index, timeout);
+        onError(error, member);
+        errors.set(member.index, error);
+      }
+      finish();
+      resolve(tally);
+    }, timeout);
     signal?.addEventListener("abort", onAbort, { once: true });
     for (const member of members) {
-      let answered = false;
-      const fail = (error: Error) => {
-        onError(error, member);
-        if (settled) return;
-        errors.set(member.index, error);
-        pending--;
-        check();
-      };
-      const timer = setTimeout(() => {
-        timers.delete(timer);
-        if (answered) return;
-        answered = true;
-        fail(new RequestTimeoutError(member.index, timeout));
-      }, timeout);
-      timers.add(timer);
       let request: Promise<T>;
       try {
         request = send(member);
@@ -94,21 +89,16 @@ export function round<T>(
       }
       request.then(
         (value) => {
-          if (answered) return;
-          answered = true;
-          clearTimeout(timer);
-          timers.delete(timer);
           if (settled) return;
           answers.set(member.index, value);
-          pending--;
           check();
         },
         (error) => {
-          if (answered) return;
-          answered = true;
-          clearTimeout(timer);
-          timers.delete(timer);
-          fail(toError(error));
+          const e = toError(error);
+          onError(e, member);
+          if (settled) return;
+          errors.set(member.index, e);
+          check();
         },
       );
     }
