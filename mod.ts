@@ -31,6 +31,7 @@ export type {
   AcquireOptions,
   ExtendOptions,
   InspectOptions,
+  RedlockInit,
   RedlockOptions,
   ReleaseOptions,
   UsingContext,
@@ -60,3 +61,8 @@ export {
   toScriptClient,
 } from "./src/clients.ts";
 export type { LuaScript } from "./src/scripts.ts";
+export {
+  duplicateSubscriber,
+  type ReleaseSubscriber,
+  type SubscriberFactory,
+} from "./src/subscriber.ts";

@@ -1,11 +1,11 @@
-import type { ScriptClient } from "./clients.ts";
+import type { RedisClient, ScriptClient } from "./clients.ts";
 import { RequestTimeoutError } from "./errors.ts";
 
 /** One server (or cluster) of a Redlock. */
 export interface Member {
   readonly index: number;
   /** The client as the user gave it. */
-  readonly client: object;
+  readonly client: RedisClient;
   readonly runner: ScriptClient;
 }
 

@@ -15,7 +15,9 @@ import {
 } from "./errors.ts";
 import { RedlockErrorEvent } from "./error_event.ts";
 import { Lock } from "./lock.ts";
-import { ACQUIRE, EXTEND, INSPECT, type LuaScript, RELEASE } from "./scripts.ts";
+import { ACQUIRE, EXTEND, FENCE, fenceKey, INSPECT, type LuaScript, RELEASE } from "./scripts.ts";
+import { duplicateSubscriber, type SubscriberFactory } from "./subscriber.ts";
+import { type Listening, Waiters } from "./_waiters.ts";
 import { deadline, delay } from "./_delay.ts";
 import { type Member, round, type Tally } from "./_quorum.ts";
 import { hashSlot } from "./_slot.ts";
@@ -71,10 +73,40 @@ export interface RedlockOptions {
    * @default {500}
    */
   requestTimeout?: number;
+  /**
+   * How an acquire waits for a resource another holder has: `"notify"`
+   * sleeps until the holder's release is published (Redis pub/sub) or its
+   * remaining TTL ends, whichever comes first; `"poll"` sleeps `retryDelay`
+   * plus jitter. `"notify"` falls back to polling for a client that cannot
+   * subscribe. Safety never depends on a message: a lost one only costs the
+   * fallback wait.
+   *
+   * @default {"notify"}
+   */
+  wait?: "notify" | "poll";
+}
+
+/** Settings of a Redlock that are fixed when it is made. */
+export interface RedlockInit extends RedlockOptions {
+  /**
+   * Makes the subscriber connection of one server for `wait: "notify"`;
+   * return `null` to poll that server's releases instead.
+   *
+   * @default {duplicateSubscriber (ioredis and node-redis `duplicate()`)}
+   */
+  subscriber?: SubscriberFactory;
 }
 
 /** Options of {@linkcode Redlock.acquire} and {@linkcode Redlock.tryAcquire}. */
 export interface AcquireOptions extends Omit<RedlockOptions, "automaticExtensionThreshold"> {
+  /**
+   * Hand out a fencing token with the lock ({@linkcode Lock.fencingToken}):
+   * a number that grows with every acquisition of any of these resources.
+   * It costs one more round to the servers when there are several.
+   *
+   * @default {false}
+   */
+  fencing?: boolean;
   /**
    * Aborts the wait: the call rejects at once with `signal.reason` and
    * leaves nothing locked.
@@ -154,6 +186,7 @@ type Settings = Required<Omit<RedlockOptions, "retryDelay">> & {
 };
 
 const DEFAULTS: Settings = {
+  wait: "notify",
   driftFactor: 0.01,
   retryCount: 10,
   retryDelay: 200,
@@ -190,6 +223,12 @@ function checkSettings(options: unknown, base: Settings, name: string): Settings
       { below: MAX_DURATION + 1 },
     );
   }
+  if (o.wait !== undefined) {
+    if (o.wait !== "notify" && o.wait !== "poll") {
+      throw new TypeError(`${name}.wait must be "notify" or "poll", got ${describeValue(o.wait)}`);
+    }
+    s.wait = o.wait;
+  }
   if (o.requestTimeout !== undefined) {
     s.requestTimeout = checkNumber(o.requestTimeout, `${name}.requestTimeout`, {
       min: 1,
@@ -224,12 +263,15 @@ function checkLock(lock: unknown, name = "lock"): Lock {
   return lock;
 }
 
-/** A server's answer to acquire or extend: for, or a conflict. */
-type Vote = true | LockConflictError;
+/**
+ * A server's answer to acquire or extend: for (with the server's fencing
+ * token, 0 without fencing), or a conflict.
+ */
+type Vote = number | LockConflictError;
 
 function toVote(reply: unknown, server: number): Vote {
   if (Array.isArray(reply) && typeof reply[0] === "number" && typeof reply[1] === "number") {
-    return reply[0] === 1 ? true : new LockConflictError(server, reply[1]);
+    return reply[0] === 1 ? reply[1] : new LockConflictError(server, reply[1]);
   }
   throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
 }
@@ -247,6 +289,10 @@ interface Ballot {
   readonly ok: boolean;
   /** Servers that answered with a conflict. */
   readonly conflicts: number;
+  /** The largest fencing token among the votes for. */
+  readonly token: number;
+  /** The shortest positive TTL of a conflicting key, or Infinity. */
+  readonly heldFor: number;
 }
 
 /**
@@ -276,6 +322,7 @@ export class Redlock extends EventTarget {
   readonly quorum: number;
   readonly #members: readonly Member[];
   readonly #cluster: boolean;
+  readonly #waiters: Waiters;
 
   /**
    * Makes a Redlock over independent Redis servers or clusters.
@@ -297,7 +344,7 @@ export class Redlock extends EventTarget {
    * );
    * ```
    */
-  constructor(clients: readonly RedisClient[], options?: RedlockOptions) {
+  constructor(clients: readonly RedisClient[], options?: RedlockInit) {
     super();
     if (!Array.isArray(clients)) {
       throw new TypeError(`clients must be an array of clients, got ${describeValue(clients)}`);
@@ -321,6 +368,30 @@ export class Redlock extends EventTarget {
     this.clients = Object.freeze([...clients]);
     this.settings = Object.freeze(checkSettings(options, DEFAULTS, "options"));
     this.quorum = Math.floor(clients.length / 2) + 1;
+    const factory = options?.subscriber ?? duplicateSubscriber;
+    if (typeof factory !== "function") {
+      throw new TypeError(
+        `options.subscriber must be a function, got ${describeValue(factory)}`,
+      );
+    }
+    this.#waiters = new Waiters(this.#members, factory, (error, m) => this.#emit(error, m));
+  }
+
+  /**
+   * Closes the subscriber connections of release-notified waiting (they are
+   * also closed whenever no acquire waits). The Redlock stays usable.
+   *
+   * @returns A promise that settles once they are closed.
+   *
+   * @example Scoping a Redlock
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const clients: Redlock["clients"];
+   * await using redlock = new Redlock(clients);
+   * ```
+   */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.#waiters.close();
   }
 
   /**
@@ -355,7 +426,7 @@ export class Redlock extends EventTarget {
     const { keys, settings, opts } = this.#checkAcquire(resources, duration, options);
     const { signal, dispose } = deadline(opts.signal, opts.timeout);
     try {
-      return await this.#acquire(keys, duration, settings, signal, Infinity);
+      return await this.#acquire(keys, duration, settings, signal, opts.fencing === true);
     } finally {
       dispose();
     }
@@ -391,7 +462,13 @@ export class Redlock extends EventTarget {
     const { keys, settings, opts } = this.#checkAcquire(resources, duration, options);
     const { signal, dispose } = deadline(opts.signal, opts.timeout);
     try {
-      return await this.#acquire(keys, duration, { ...settings, retryCount: 0 }, signal, 1);
+      return await this.#acquire(
+        keys,
+        duration,
+        { ...settings, retryCount: 0 },
+        signal,
+        opts.fencing === true,
+      );
     } catch (error) {
       if (error instanceof ResourceLockedError) return null;
       throw error;
@@ -552,7 +629,7 @@ export class Redlock extends EventTarget {
     const wait = deadline(opts.signal, opts.timeout);
     let lock: Lock;
     try {
-      lock = await this.#acquire(keys, duration, settings, wait.signal, Infinity);
+      lock = await this.#acquire(keys, duration, settings, wait.signal, opts.fencing === true);
     } finally {
       wait.dispose();
     }
@@ -746,7 +823,10 @@ export class Redlock extends EventTarget {
     checkDuration(duration);
     const opts = checkCallOptions(options);
     const settings = checkSettings(opts, this.settings, "options");
-    if (this.#cluster) checkSlots(keys);
+    if (opts.fencing !== undefined && typeof opts.fencing !== "boolean") {
+      throw new TypeError(`options.fencing must be a boolean, got ${describeValue(opts.fencing)}`);
+    }
+    if (this.#cluster) checkSlots(opts.fencing ? [...keys, ...keys.map(fenceKey)] : keys);
     return { keys, settings, opts };
   }
 
@@ -755,52 +835,101 @@ export class Redlock extends EventTarget {
     duration: number,
     settings: Settings,
     signal: AbortSignal | undefined,
-    _maxAttempts: number,
+    fencing: boolean,
   ): Promise<Lock> {
     signal?.throwIfAborted();
     const value = crypto.randomUUID();
     const attempts: ExecutionStats[] = [];
-    const args = [value, String(duration)];
-    for (let attempt = 1;; attempt++) {
-      const start = now();
-      let ballot: Ballot;
-      try {
-        ballot = await this.#vote(ACQUIRE, keys, args, settings, signal);
-      } catch (error) {
-        // Aborted mid-round: whatever lands on a server is released behind it.
-        this.#releaseQuietly(keys, value, this.#members);
-        throw error;
-      }
-      attempts.push(ballot.stats);
-      const until = validUntil(start, duration, settings.driftFactor);
-      if (ballot.ok && until > now()) {
-        return new Lock({ redlock: this, resources: keys, value, attempts, validUntil: until });
-      }
-      // Undo a partial (or too slow) lock where it may have landed; requests on
-      // one connection run in order, so the release lands after the acquire.
-      const taken = this.#members.filter((m) =>
-        !(ballot.stats.votesAgainst.get(m.index) instanceof LockConflictError)
-      );
-      const { retryCount } = settings;
-      if (retryCount === -1 || attempt <= retryCount) {
+    const scriptKeys = fencing ? [...keys, ...keys.map(fenceKey)] : keys;
+    const args = [value, String(duration), fencing ? "1" : ""];
+    let listening: Listening | undefined;
+    try {
+      for (let attempt = 1;; attempt++) {
+        const start = now();
+        let ballot: Ballot;
+        try {
+          ballot = await this.#vote(ACQUIRE, scriptKeys, args, settings, signal);
+        } catch (error) {
+          // Aborted mid-round: whatever lands on a server is released behind it.
+          this.#releaseQuietly(keys, value, this.#members);
+          throw error;
+        }
+        attempts.push(ballot.stats);
+        const until = validUntil(start, duration, settings.driftFactor);
+        if (ballot.ok && until > now()) {
+          const token = fencing ? await this.#fence(keys, ballot.token, until, settings) : 0;
+          if (token !== undefined && until > now()) {
+            return new Lock({
+              redlock: this,
+              resources: keys,
+              value,
+              attempts,
+              validUntil: until,
+              fencingToken: fencing ? token : undefined,
+            });
+          }
+        }
+        // Undo a partial (or too slow) lock where it may have landed; requests on
+        // one connection run in order, so the release lands after the acquire.
+        const taken = this.#members.filter((m) =>
+          !(ballot.stats.votesAgainst.get(m.index) instanceof LockConflictError)
+        );
+        const { retryCount } = settings;
+        if (retryCount !== -1 && attempt > retryCount) {
+          // Giving up: reject only once the release has answered (or timed out).
+          await round(taken, (m) => this.#run(m, RELEASE, keys, [value]), {
+            timeout: settings.requestTimeout,
+            done: () => false,
+            onError: (error, member) => this.#emit(error, member),
+          });
+          // Another holder kept it unless server errors alone made a quorum impossible.
+          const errors = ballot.stats.votesAgainst.size - ballot.conflicts;
+          const held = ballot.conflicts > 0 && errors <= this.clients.length - this.quorum;
+          const message = `acquire of ${show(keys)} failed`;
+          throw held
+            ? new ResourceLockedError(`${message}: held by another lock`, attempts)
+            : new ExecutionError(message, attempts);
+        }
         this.#releaseQuietly(keys, value, taken);
-      } else {
-        // Giving up: reject only once the release has answered (or timed out).
-        await round(taken, (m) => this.#run(m, RELEASE, keys, [value]), {
-          timeout: settings.requestTimeout,
-          done: () => false,
-          onError: (error, member) => this.#emit(error, member),
-        });
-        // Another holder kept it unless server errors alone made a quorum impossible.
-        const errors = ballot.stats.votesAgainst.size - ballot.conflicts;
-        const held = ballot.conflicts > 0 && errors <= this.clients.length - this.quorum;
-        const message = `acquire of ${show(keys)} failed`;
-        throw held
-          ? new ResourceLockedError(`${message}: held by another lock`, attempts)
-          : new ExecutionError(message, attempts);
+        if (settings.wait === "notify" && ballot.conflicts > 0) {
+          listening ??= await this.#waiters.listen(keys, settings.requestTimeout);
+          if (listening.subscribed) {
+            const fallback = Number.isFinite(ballot.heldFor)
+              ? ballot.heldFor + 1
+              : this.#retryWait(settings, attempt);
+            await listening.wait(start, fallback, signal);
+            continue;
+          }
+        }
+        await delay(this.#retryWait(settings, attempt), signal);
       }
-      await delay(this.#retryWait(settings, attempt), signal);
+    } finally {
+      await listening?.done();
     }
+  }
+
+  /**
+   * Makes `token` (the largest counter of the acquiring quorum) known to a
+   * quorum before the lock is handed out, so that any later quorum sees it.
+   * Returns the token, or undefined when no quorum confirmed it in time.
+   */
+  async #fence(
+    keys: readonly string[],
+    token: number,
+    until: number,
+    settings: Settings,
+  ): Promise<number | undefined> {
+    if (this.#members.length === 1) return token; // the acquire script wrote it
+    const tally = await round(
+      this.#members,
+      (m) => this.#run(m, FENCE, keys.map(fenceKey), [String(token)]),
+      {
+        timeout: Math.max(1, Math.min(settings.requestTimeout, until - now())),
+        done: ({ answers }) => answers.size >= this.quorum,
+        onError: (error, member) => this.#emit(error, member),
+      },
+    );
+    return tally.answers.size >= this.quorum ? token : undefined;
   }
 
   async #extend(
@@ -865,7 +994,7 @@ export class Redlock extends EventTarget {
     const n = this.#members.length;
     const q = this.quorum;
     const judge = script === RELEASE
-      ? (reply: unknown, server: number): Vote => (toNumber(reply, server), true)
+      ? (reply: unknown, server: number): Vote => (toNumber(reply, server), 0)
       : toVote;
     let yes = 0;
     let no = 0;
@@ -880,16 +1009,24 @@ export class Redlock extends EventTarget {
         done: ({ answers, errors }) => {
           yes = 0;
           no = errors.size;
-          for (const vote of answers.values()) vote === true ? yes++ : no++;
+          for (const vote of answers.values()) typeof vote === "number" ? yes++ : no++;
           return yes >= q || no > n - q;
         },
       },
     );
     const stats = toStats(tally, n, q, now() - start);
+    let token = 0;
+    let heldFor = Infinity;
+    for (const vote of tally.answers.values()) {
+      if (typeof vote === "number") token = Math.max(token, vote);
+      else if (vote.ttl > 0) heldFor = Math.min(heldFor, vote.ttl);
+    }
     return {
       stats,
       ok: stats.votesFor.length >= q,
       conflicts: stats.votesAgainst.size - tally.errors.size,
+      token,
+      heldFor,
     };
   }
 
@@ -943,7 +1080,7 @@ export class Redlock extends EventTarget {
     throw new ExecutionError(`${what} did not get answers from a quorum`, [
       toStats(
         {
-          answers: new Map([...tally.answers].map(([i]) => [i, true as const])),
+          answers: new Map([...tally.answers].map(([i]) => [i, 0])),
           errors: tally.errors,
         },
         n,
@@ -993,7 +1130,7 @@ function toStats(
   const votesFor: number[] = [];
   const votesAgainst = new Map<number, Error>();
   for (const [server, vote] of tally.answers) {
-    if (vote === true) votesFor.push(server);
+    if (typeof vote === "number") votesFor.push(server);
     else votesAgainst.set(server, vote);
   }
   for (const [server, error] of tally.errors) votesAgainst.set(server, error);

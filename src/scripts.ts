@@ -22,20 +22,51 @@ function script(name: string, source: string): LuaScript {
 }
 
 /**
- * KEYS: resources. ARGV: value, duration ms.
- * Returns `{1, 0}` when every key was free and is now set, else `{0, pttl}`
- * of the first key found held (nothing is written then).
+ * KEYS: the n resources, then (when ARGV[3] is "1") their n fencing counters.
+ * ARGV: value, duration ms, "1" for a fencing token.
+ * Returns `{1, token}` when every key was free and is now set (token 0
+ * without fencing), else `{0, pttl}` of the first key found held; nothing is
+ * written then. With fencing, every counter is incremented and all are set to
+ * the largest, which is the token.
  */
 export const ACQUIRE: LuaScript = script(
   "acquire",
-  `for _, key in ipairs(KEYS) do
-  local ttl = redis.call("PTTL", key)
-  if ttl ~= -2 then return {0, ttl} end
+  `local n = #KEYS
+if ARGV[3] == "1" then n = n / 2 end
+if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
+  for i = 1, n do
+    local ttl = redis.call("PTTL", KEYS[i])
+    if ttl ~= -2 then return {0, ttl} end
+  end
 end
+for i = 1, n do
+  redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
+end
+if n == #KEYS then return {1, 0} end
+local token = 0
+for i = n + 1, #KEYS do
+  local count = redis.call("INCR", KEYS[i])
+  if count > token then token = count end
+end
+for i = n + 1, #KEYS do
+  redis.call("SET", KEYS[i], token)
+end
+return {1, token}`,
+);
+
+/**
+ * KEYS: fencing counters. ARGV: a token.
+ * Raises every counter below the token to it; returns 1.
+ */
+export const FENCE: LuaScript = script(
+  "fence",
+  `local token = tonumber(ARGV[1])
 for _, key in ipairs(KEYS) do
-  redis.call("SET", key, ARGV[1], "PX", ARGV[2])
+  if tonumber(redis.call("GET", key) or "0") < token then
+    redis.call("SET", key, ARGV[1])
+  end
 end
-return {1, 0}`,
+return 1`,
 );
 
 /**
@@ -57,17 +88,32 @@ end
 return {1, 0}`,
 );
 
-/** KEYS: resources. ARGV: value. Deletes the keys that hold the value; returns how many. */
+/**
+ * KEYS: resources. ARGV: value. Deletes the keys that hold the value, and
+ * publishes each deletion on the resource's release channel (see
+ * `releaseChannel()`) for waiting acquires; returns how many it deleted.
+ */
 export const RELEASE: LuaScript = script(
   "release",
   `local count = 0
 for _, key in ipairs(KEYS) do
   if redis.call("GET", key) == ARGV[1] then
     count = count + redis.call("DEL", key)
+    redis.call("PUBLISH", "redlock:release:" .. key, "")
   end
 end
 return count`,
 );
+
+/**
+ * The key of the fencing counter of `resource`: beside it, in the same
+ * Redis Cluster hash slot, never expiring.
+ */
+export function fenceKey(resource: string): string {
+  const open = resource.indexOf("{");
+  const tagged = open !== -1 && resource.indexOf("}", open + 1) > open + 1;
+  return tagged ? `${resource}:fence` : `{${resource}}:fence`;
+}
 
 /**
  * KEYS: resources. ARGV: value, or "" for any holder.

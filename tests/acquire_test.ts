@@ -139,6 +139,7 @@ for (const kind of KINDS) {
         retryCount: 2,
         retryDelay: 0,
         retryJitter: 0,
+        wait: "poll",
       });
       await b!.pause();
       try {

@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { ExecutionError, Redlock, ResourceLockedError } from "../mod.ts";
+import {
+  ExecutionError,
+  Redlock,
+  ResourceLockedError,
+  type ScriptClient,
+  toScriptClient,
+} from "../mod.ts";
 import { get, hold, KINDS, scriptCalls, setup, sleep } from "./_redis.ts";
 
 for (const kind of KINDS) {
@@ -55,26 +61,47 @@ for (const kind of KINDS) {
     await assert.rejects(waiting, /stop/);
     await env.servers.servers[1]!.resume();
     await env.servers.servers[2]!.resume();
-    for (let i = 0; i < 50 && (await get(env.servers.servers[1]!, "mid")) !== null; i++) {
-      await sleep(10);
-    }
-    for (const server of env.servers.servers) assert.equal(await get(server, "mid"), null);
+    const values = () => Promise.all(env.servers.servers.map((s) => get(s, "mid")));
+    for (let i = 0; i < 100 && (await values()).some((v) => v !== null); i++) await sleep(10);
+    assert.deepEqual(await values(), [null, null, null]);
   });
 
-  Deno.test(`[${kind}] acquire() with retryCount -1 waits until the holder's lease ends`, async () => {
-    await using env = await setup(kind, 3);
-    for (const server of env.servers.servers) await hold(server, "patient", "other", 400);
-    const redlock = new Redlock(env.clients, { retryCount: -1, retryDelay: 50, retryJitter: 10 });
-    const lock = await redlock.acquire("patient", 5_000, { timeout: 5_000 });
-    assert.ok(lock.attempts.length > 3, `${lock.attempts.length} attempts`);
-    assert.equal(await get(env.servers.servers[0]!, "patient"), lock.value);
-    await lock.release();
-  });
+  for (const wait of ["poll", "notify"] as const) {
+    Deno.test(
+      `[${kind}] acquire() with retryCount -1 and wait: "${wait}" waits until the holder's lease ends`,
+      async () => {
+        await using env = await setup(kind, 3);
+        for (const server of env.servers.servers) await hold(server, "patient", "other", 400);
+        await using redlock = new Redlock(env.clients, {
+          retryCount: -1,
+          retryDelay: 50,
+          retryJitter: 10,
+          wait,
+        });
+        const start = performance.now();
+        const lock = await redlock.acquire("patient", 5_000, { timeout: 5_000 });
+        assert.ok(performance.now() - start >= 350, "not before the holder's lease ended");
+        if (wait === "poll" || kind === "deno-redis") {
+          assert.ok(lock.attempts.length > 3, `polled: ${lock.attempts.length} attempts`);
+        } else {
+          // woken by the holder's TTL (no release was published): no polling in between
+          assert.ok(lock.attempts.length <= 3, `notified: ${lock.attempts.length} attempts`);
+        }
+        assert.equal(await get(env.servers.servers[0]!, "patient"), lock.value);
+        await lock.release();
+      },
+    );
+  }
 
   Deno.test(`[${kind}] acquire() that gives up on a held resource throws ResourceLockedError`, async () => {
     await using env = await setup(kind, 3);
     for (const server of env.servers.servers) await hold(server, "kept", "other", 10_000);
-    const redlock = new Redlock(env.clients, { retryCount: 2, retryDelay: 10, retryJitter: 0 });
+    const redlock = new Redlock(env.clients, {
+      retryCount: 2,
+      retryDelay: 10,
+      retryJitter: 0,
+      wait: "poll",
+    });
     const error = await redlock.acquire("kept", 5_000).then(
       () => assert.fail("must fail"),
       (e) => e,
@@ -91,6 +118,7 @@ for (const kind of KINDS) {
     const redlock = new Redlock(env.clients, {
       retryCount: 3,
       retryJitter: 0,
+      wait: "poll",
       retryDelay: (attempt) => (seen.push(attempt), 10 * attempt),
     });
     await assert.rejects(redlock.acquire("fn", 1_000), ResourceLockedError);
@@ -99,13 +127,23 @@ for (const kind of KINDS) {
 
   Deno.test(`[${kind}] tryAcquire() makes exactly one attempt and returns a Lock or null`, async () => {
     await using env = await setup(kind, 3);
-    const redlock = new Redlock(env.clients, { retryCount: 10 });
+    let acquires = 0;
+    const counted = env.clients.map((client): ScriptClient => {
+      const runner = toScriptClient(client);
+      return {
+        evalScript: (script, keys, args) => {
+          if (script.name === "acquire") acquires++;
+          return runner.evalScript(script, keys, args);
+        },
+      };
+    });
+    const redlock = new Redlock(counted, { retryCount: 10 });
     const lock = await redlock.tryAcquire("try", 5_000);
     assert.ok(lock !== null);
     assert.equal(lock.attempts.length, 1);
-    const before = await scriptCalls(env.servers.servers[0]!);
+    assert.equal(acquires, 3);
     assert.equal(await redlock.tryAcquire("try", 5_000), null);
-    assert.equal(await scriptCalls(env.servers.servers[0]!) - before, 1, "one attempt, no retry");
+    assert.equal(acquires, 6, "one attempt (one request per server), no retry");
     await lock.release();
   });
 
