@@ -152,7 +152,7 @@ export async function runCase(
 ): Promise<CaseResult> {
   const { signal, log } = options;
   const rng = root.fork(spec.scheduleLabel);
-  const bound = acquireBound(run.settings);
+  const bound = acquireBound(run.settings, { maxLease: run.leaseMax });
   const plan = planFaults(rng.fork("plan"), {
     duration,
     servers: spec.servers,

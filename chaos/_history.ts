@@ -308,17 +308,25 @@ export function acquireStats(
 }
 
 /**
- * The longest an `acquire()` call may take with these settings when every
- * request is bounded by `requestTimeout`: `retryCount + 1` rounds of at most
- * `requestTimeout` each, and `retryCount` waits of at most `retryDelay +
- * retryJitter`.
+ * The longest an acquire may take with these settings: every attempt's round
+ * timeout, every wait between attempts, and (with fencing) one write-back
+ * round. A wait polls `retryDelay + retryJitter`; with release-notified
+ * waiting (the library's default) it may instead last until the holder's
+ * lease ends, at most `maxLease` + 1 ms, and the first one also subscribes
+ * (one more `requestTimeout`).
  */
-export function acquireBound(settings: {
-  readonly retryCount: number;
-  readonly retryDelay: number;
-  readonly retryJitter: number;
-  readonly requestTimeout: number;
-}): number {
+export function acquireBound(
+  settings: {
+    readonly retryCount: number;
+    readonly retryDelay: number;
+    readonly retryJitter: number;
+    readonly requestTimeout: number;
+  },
+  notify?: { readonly maxLease: number },
+): number {
   const { retryCount, retryDelay, retryJitter, requestTimeout } = settings;
-  return (retryCount + 1) * requestTimeout + retryCount * (retryDelay + retryJitter);
+  const poll = retryDelay + retryJitter;
+  const wait = notify === undefined ? poll : Math.max(poll, notify.maxLease + 1);
+  const subscribe = notify === undefined ? 0 : requestTimeout;
+  return (retryCount + 2) * requestTimeout + subscribe + retryCount * wait;
 }

@@ -87,7 +87,9 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     `chaos: seed ${options.seed}, ${options.seconds} s of faults, ${run.workers} worker ` +
       `processes, ${run.resources} resources, leases ${run.leaseMin}-${run.leaseMax} ms; ` +
       `requestTimeout ${s.requestTimeout} ms, retryCount ${s.retryCount}, retryDelay ` +
-      `${s.retryDelay} + 0..${s.retryJitter} ms (acquire bound ${acquireBound(s)} ms)`,
+      `${s.retryDelay} + 0..${s.retryJitter} ms (acquire bound ${
+        acquireBound(s, { maxLease: run.leaseMax })
+      } ms)`,
   );
   const root = new Rng(options.seed);
   const ownRunDir = Deno.env.get("REDLOCK_RUN_DIR") === undefined;

@@ -219,9 +219,12 @@ Deno.test("percentile() takes the nearest rank and is NaN for no values", () => 
   assert.ok(Number.isNaN(percentile([], 50)));
 });
 
-Deno.test("acquireBound() adds every round's timeout and every retry's longest wait", () => {
-  assert.equal(
-    acquireBound({ retryCount: 6, retryDelay: 100, retryJitter: 100, requestTimeout: 200 }),
-    7 * 200 + 6 * 200,
-  );
+Deno.test("acquireBound() adds every round's timeout, the fence round and every retry's longest wait", () => {
+  const settings = { retryCount: 6, retryDelay: 100, retryJitter: 100, requestTimeout: 200 };
+  assert.equal(acquireBound(settings), 8 * 200 + 6 * 200);
+});
+
+Deno.test("acquireBound() lets a notified wait last a whole lease, plus one subscribe", () => {
+  const settings = { retryCount: 6, retryDelay: 100, retryJitter: 100, requestTimeout: 200 };
+  assert.equal(acquireBound(settings, { maxLease: 2_000 }), 8 * 200 + 200 + 6 * 2_001);
 });

@@ -1,0 +1,138 @@
+import assert from "node:assert/strict";
+import { Redlock } from "../mod.ts";
+import { get, integer, type RedisServer, setup, sleep } from "./_redis.ts";
+
+const KINDS = ["ioredis", "node-redis"] as const;
+
+/** How many subscribers a server has for the release channel of `resource`. */
+async function subscribers(server: RedisServer, resource: string): Promise<number> {
+  const reply = await server.command("PUBSUB", "NUMSUB", `redlock:release:${resource}`);
+  return Number(reply.trim().split("\r\n").at(-1)!.replace(":", ""));
+}
+
+async function connections(server: RedisServer): Promise<number> {
+  const list = await server.command("CLIENT", "LIST");
+  return list.split("\n").filter((line) => line.startsWith("id=")).length;
+}
+
+for (const kind of KINDS) {
+  Deno.test(`[${kind}] a waiting acquire wakes on the holder's release, not its TTL`, async () => {
+    await using env = await setup(kind, 3);
+    await using holder = new Redlock(env.clients);
+    await using waiter = new Redlock(env.clients, { retryDelay: 5_000, retryJitter: 0 });
+    const held = await holder.acquire("door", 10_000);
+    let releasedAt = 0;
+    const waiting = waiter.acquire("door", 5_000, { timeout: 8_000 });
+    await sleep(300);
+    releasedAt = performance.now();
+    await held.release();
+    const lock = await waiting;
+    const woke = performance.now() - releasedAt;
+    assert.ok(woke < 500, `took ${woke} ms after the release (TTL was ~9.7 s)`);
+    assert.ok(lock.attempts.length <= 3, `${lock.attempts.length} attempts`);
+    await lock.release();
+  });
+
+  Deno.test(
+    `[${kind}] waiting acquires share one subscriber connection per server and close it after`,
+    async () => {
+      await using env = await setup(kind, 3);
+      const before = await Promise.all(env.servers.servers.map(connections));
+      await using holder = new Redlock(env.clients, { wait: "poll" });
+      await using redlock = new Redlock(env.clients, { retryCount: -1 });
+      const held = await holder.acquire("queue", 10_000);
+      const waiting = Array.from(
+        { length: 10 },
+        () => redlock.acquire("queue", 5_000, { timeout: 20_000 }).then((lock) => lock.release()),
+      );
+      await sleep(300);
+      for (const server of env.servers.servers) {
+        assert.equal(await subscribers(server, "queue"), 1);
+        assert.equal(await connections(server), before[0]! + 1, "one subscriber connection");
+      }
+      await held.release();
+      await Promise.all(waiting);
+      for (const server of env.servers.servers) {
+        assert.equal(await subscribers(server, "queue"), 0);
+      }
+      for (let i = 0; i < 50 && (await connections(env.servers.servers[0]!)) > before[0]!; i++) {
+        await sleep(10);
+      }
+      assert.deepEqual(await Promise.all(env.servers.servers.map(connections)), before);
+    },
+  );
+
+  Deno.test(`[${kind}] a lost release message only costs the fallback wait`, async () => {
+    await using env = await setup(kind, 3);
+    await using redlock = new Redlock(env.clients);
+    const held = await redlock.acquire("quiet", 700);
+    const start = performance.now();
+    const waiting = redlock.acquire("quiet", 5_000, { timeout: 5_000 });
+    await sleep(100);
+    // the holder's keys vanish without a release message
+    for (const server of env.servers.servers) await server.command("DEL", "quiet");
+    const lock = await waiting;
+    const elapsed = performance.now() - start;
+    assert.ok(elapsed >= 450 && elapsed < 2_000, `${elapsed} ms: woken by the holder's TTL`);
+    assert.notEqual(lock.value, held.value);
+    await lock.release();
+  });
+
+  Deno.test(`[${kind}] a waiter never takes a lock the holder still has`, async () => {
+    await using env = await setup(kind, 3);
+    await using redlock = new Redlock(env.clients, { retryCount: -1 });
+    let holders = 0;
+    let max = 0;
+    let count = 0;
+    const worker = async () => {
+      for (let i = 0; i < 8; i++) {
+        const lock = await redlock.acquire("turns", 2_000, { timeout: 20_000 });
+        max = Math.max(max, ++holders);
+        const value = count;
+        await sleep(1);
+        count = value + 1;
+        holders--;
+        await lock.release();
+      }
+    };
+    await Promise.all(Array.from({ length: 6 }, worker));
+    assert.equal(max, 1);
+    assert.equal(count, 48);
+    assert.equal(await get(env.servers.servers[0]!, "turns"), null);
+  });
+
+  Deno.test(`[${kind}] Symbol.asyncDispose closes the subscriber connections`, async () => {
+    await using env = await setup(kind, 1);
+    const server = env.servers.servers[0]!;
+    const before = await connections(server);
+    const redlock = new Redlock(env.clients, { retryCount: -1 });
+    const held = await redlock.acquire("disposed", 10_000);
+    const controller = new AbortController();
+    const waiting = redlock.acquire("disposed", 1_000, { signal: controller.signal });
+    await sleep(200);
+    assert.equal(await subscribers(server, "disposed"), 1);
+    controller.abort(new Error("enough"));
+    await assert.rejects(waiting, /enough/);
+    await redlock[Symbol.asyncDispose]();
+    for (let i = 0; i < 50 && (await connections(server)) > before; i++) await sleep(10);
+    assert.equal(await connections(server), before);
+    assert.equal(await integer(server, "PUBSUB", "NUMPAT"), 0);
+    await held.release();
+  });
+
+  Deno.test(`[${kind}] a subscriber factory that returns null makes acquire poll`, async () => {
+    await using env = await setup(kind, 1);
+    const server = env.servers.servers[0]!;
+    let asked = 0;
+    await using redlock = new Redlock(env.clients, {
+      retryCount: -1,
+      retryDelay: 20,
+      subscriber: () => (asked++, null),
+    });
+    await server.command("SET", "polled", "other", "PX", "300");
+    const lock = await redlock.acquire("polled", 1_000, { timeout: 3_000 });
+    assert.equal(asked, 1);
+    assert.ok(lock.attempts.length > 3, `${lock.attempts.length} attempts: it polled`);
+    await lock.release();
+  });
+}
