@@ -26,24 +26,15 @@ import {
 } from "./_history.ts";
 import { planFaults } from "./_plan.ts";
 import { WorkerPool } from "./_pool.ts";
-import { instant, type LockSettings } from "./_protocol.ts";
+import { type HoldTiming, instant, type LockSettings } from "./_protocol.ts";
 import { Recorder } from "./_recorder.ts";
 import type { Rng } from "./_rng.ts";
 import { readStore } from "./_store.ts";
 
 /** What every case of a run shares. */
-export interface RunSettings {
+export interface RunSettings extends HoldTiming {
   readonly workers: number;
   readonly resources: number;
-  readonly leaseMin: number;
-  readonly leaseMax: number;
-  readonly thinkMin: number;
-  readonly thinkMax: number;
-  readonly longShare: number;
-  readonly longThinkMin: number;
-  readonly longThinkMax: number;
-  readonly idleMax: number;
-  readonly lingerMs: number;
   readonly settings: LockSettings;
 }
 

@@ -19,18 +19,8 @@ export interface LockSettings {
   readonly driftFactor: number;
 }
 
-/** A worker's settings. */
-export interface WorkerConfig {
-  /** Unique within a case; a replacement for a killed worker gets a new one. */
-  readonly id: number;
-  /** The Redlock servers. */
-  readonly ports: readonly number[];
-  /** The guarded store: a Redis server that is not part of the Redlock. */
-  readonly storePort: number;
-  /** Prefix of every key, so that cases never share one. */
-  readonly prefix: string;
-  /** The resources the workers contend for. */
-  readonly resources: readonly string[];
+/** How long workers hold, think and idle, in ms. */
+export interface HoldTiming {
   readonly leaseMin: number;
   readonly leaseMax: number;
   /** ms between the read and the write of the guarded store, for most holds. */
@@ -44,6 +34,20 @@ export interface WorkerConfig {
   readonly idleMax: number;
   /** ms the think phase lasts when the parent asked the worker to linger. */
   readonly lingerMs: number;
+}
+
+/** A worker's settings. */
+export interface WorkerConfig extends HoldTiming {
+  /** Unique within a case; a replacement for a killed worker gets a new one. */
+  readonly id: number;
+  /** The Redlock servers. */
+  readonly ports: readonly number[];
+  /** The guarded store: a Redis server that is not part of the Redlock. */
+  readonly storePort: number;
+  /** Prefix of every key, so that cases never share one. */
+  readonly prefix: string;
+  /** The resources the workers contend for. */
+  readonly resources: readonly string[];
   readonly seed: number;
   readonly settings: LockSettings;
 }
