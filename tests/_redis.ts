@@ -3,6 +3,7 @@
  * does), connect clients of each supported kind, and inspect the servers.
  */
 
+import assert from "node:assert/strict";
 import { Redis } from "ioredis";
 import { createClient } from "redis";
 import { type RedisServer, type RedisServers, startServers } from "../scripts/redis.ts";
@@ -108,6 +109,25 @@ export async function get(server: RedisServer, key: string): Promise<string | nu
   if (reply.startsWith("-")) throw new Error(reply.trim());
   if (reply.startsWith("$-1")) return null;
   return reply.split("\r\n")[1] ?? null;
+}
+
+/**
+ * Asserts that `key` holds `expected` on every server, waiting up to 2 s for
+ * it: a round settles on a quorum, and the requests it did not wait for land
+ * within milliseconds after.
+ */
+export async function onEveryServer(
+  servers: RedisServers,
+  key: string,
+  expected: string | null,
+): Promise<void> {
+  const read = () => Promise.all(servers.servers.map((s) => get(s, key)));
+  let values = await read();
+  for (let i = 0; i < 100 && values.some((v) => v !== expected); i++) {
+    await sleep(20);
+    values = await read();
+  }
+  assert.deepEqual(values, servers.servers.map(() => expected), `${key} on every server`);
 }
 
 /** An integer reply of a raw command. */

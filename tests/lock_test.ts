@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { LockConflictError, LockLostError, Redlock } from "../mod.ts";
-import { get, integer, KINDS, setup, sleep } from "./_redis.ts";
+import { get, integer, KINDS, onEveryServer, setup, sleep } from "./_redis.ts";
 
 for (const kind of KINDS) {
   Deno.test(`[${kind}] release() of an already-expired lock resolves`, async () => {
@@ -32,9 +32,7 @@ for (const kind of KINDS) {
       await sleep(250);
       const theirs = await redlock.acquire("shared", 10_000);
       await mine.release();
-      for (const server of env.servers.servers) {
-        assert.equal(await get(server, "shared"), theirs.value);
-      }
+      await onEveryServer(env.servers, "shared", theirs.value);
       const error = await redlock.extend(mine, 60_000, { onlyIfLocked: true }).then(
         () => assert.fail("extend should fail"),
         (e) => e,
@@ -86,7 +84,7 @@ for (const kind of KINDS) {
       await using lock = await redlock.acquire("scoped", 10_000);
       assert.equal(await get(env.servers.servers[0]!, "scoped"), lock.value);
     }
-    for (const server of env.servers.servers) assert.equal(await get(server, "scoped"), null);
+    await onEveryServer(env.servers, "scoped", null);
   });
 
   Deno.test(`[${kind}] await using releases the lock when the block throws`, async () => {
@@ -99,6 +97,6 @@ for (const kind of KINDS) {
       throw new Error("boom");
     }, /boom/);
     assert.notEqual(value, "");
-    for (const server of env.servers.servers) assert.equal(await get(server, "thrown"), null);
+    await onEveryServer(env.servers, "thrown", null);
   });
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ExecutionError, LockLostError, Redlock, type RedlockErrorEvent } from "../mod.ts";
-import { get, KINDS, setup, sleep } from "./_redis.ts";
+import { get, KINDS, onEveryServer, setup, sleep } from "./_redis.ts";
 
 /** Resolves with the signal's reason once it aborts, or rejects after `ms`. */
 function aborted(signal: AbortSignal, ms: number): Promise<unknown> {
@@ -34,7 +34,7 @@ for (const kind of KINDS) {
       return context.extensions;
     });
     assert.ok(result >= 3);
-    for (const server of env.servers.servers) assert.equal(await get(server, "long-job"), null);
+    await onEveryServer(env.servers, "long-job", null);
   });
 
   Deno.test(`[${kind}] using() aborts the signal with LockLostError when the keys vanish`, async () => {
@@ -77,7 +77,7 @@ for (const kind of KINDS) {
       redlock.using("fails", 5_000, () => Promise.reject(new RangeError("routine broke"))),
       { name: "RangeError", message: "routine broke" },
     );
-    for (const server of env.servers.servers) assert.equal(await get(server, "fails"), null);
+    await onEveryServer(env.servers, "fails", null);
   });
 
   Deno.test(
@@ -110,6 +110,6 @@ for (const kind of KINDS) {
       return signal.reason;
     });
     assert.equal(seen, reason);
-    for (const server of env.servers.servers) assert.equal(await get(server, "combined"), null);
+    await onEveryServer(env.servers, "combined", null);
   });
 }
