@@ -96,6 +96,7 @@ async function player(id: number): Promise<void> {
         );
       }
     } // released here, by `await using`
+    await sleep(3 + Math.random() * 5); // let the others have a turn
     if (turns === KILL_AT && stopped.length === 0) {
       const victim = lockServers.servers[1]!;
       await victim.kill();
