@@ -201,7 +201,8 @@ export function findings(results: readonly CaseResult[]): Finding[] {
   out.push({
     status: hung === 0 && !over ? "ok" : "FAIL",
     text: `no acquire hangs: longest acquire ${ms(longest)} ms, bound ${bound} ms ` +
-      `((retryCount + 1) × requestTimeout + retryCount × (retryDelay + retryJitter))` +
+      `((retryCount + 2) × requestTimeout + one subscribe + retryCount × the longest wait, ` +
+      `which release-notified waiting allows to last a whole lease)` +
       (hung > 0 ? `; ${hung} did not return` : ""),
   });
   return out;
