@@ -18,6 +18,12 @@ export function delay(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+const noop = (): void => {};
+const NONE: { signal: undefined; dispose: () => void } = Object.freeze({
+  signal: undefined,
+  dispose: noop,
+});
+
 /**
  * A signal that aborts when `signal` does or after `timeout` ms (with a
  * `TimeoutError` DOMException), and a `dispose()` that clears the timer.
@@ -26,7 +32,7 @@ export function deadline(
   signal: AbortSignal | undefined,
   timeout: number | undefined,
 ): { signal: AbortSignal | undefined; dispose: () => void } {
-  if (timeout === undefined) return { signal, dispose: () => {} };
+  if (timeout === undefined) return signal === undefined ? NONE : { signal, dispose: noop };
   const controller = new AbortController();
   const timer = setTimeout(
     () => controller.abort(new DOMException(`timed out after ${timeout} ms`, "TimeoutError")),

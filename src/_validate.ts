@@ -13,25 +13,33 @@ export const MAX_DURATION = 2 ** 31 - 1;
 
 /** Checks `resources` and returns them as a fresh array of unique, non-empty strings. */
 export function checkResources(resources: unknown, name = "resources"): string[] {
-  const list = typeof resources === "string" ? [resources] : resources;
-  if (!Array.isArray(list)) {
+  if (typeof resources === "string") {
+    if (resources === "") throw new RangeError(`${name}[0] must not be empty, got ""`);
+    return [resources];
+  }
+  if (!Array.isArray(resources)) {
     throw new TypeError(
       `${name} must be a string or an array of strings, got ${describeValue(resources)}`,
     );
   }
-  if (list.length === 0) throw new RangeError(`${name} must not be empty, got []`);
-  const seen = new Set<string>();
-  list.forEach((resource: unknown, i) => {
+  const n = resources.length;
+  if (n === 0) throw new RangeError(`${name} must not be empty, got []`);
+  // Few keys (the usual case) are compared pairwise; many go through a Set.
+  const seen = n > 8 ? new Set<string>() : undefined;
+  const list: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const resource: unknown = resources[i];
     if (typeof resource !== "string") {
       throw new TypeError(`${name}[${i}] must be a string, got ${describeValue(resource)}`);
     }
     if (resource === "") throw new RangeError(`${name}[${i}] must not be empty, got ""`);
-    if (seen.has(resource)) {
+    if (seen ? seen.has(resource) : list.includes(resource)) {
       throw new RangeError(`${name}[${i}] is a duplicate: ${JSON.stringify(resource)}`);
     }
-    seen.add(resource);
-  });
-  return [...list];
+    seen?.add(resource);
+    list.push(resource);
+  }
+  return list;
 }
 
 /** Checks a lease length in ms: an integer from 1 to 2^31 − 1. */

@@ -5,15 +5,23 @@ import { now } from "./_time.ts";
 interface Channel {
   /** Acquires that hold an interest in the channel. */
   holders: number;
-  /** Wakers of the acquires waiting now. */
+  /** Wakers of the acquires waiting now; called on every release message. */
   readonly wakers: Set<() => void>;
   /** When the subscription was confirmed by at least one server (monotonic). */
   subscribedAt: number;
-  /** When a release message last arrived (monotonic). */
-  releasedAt: number;
+  /** How many servers confirmed the subscription. */
+  confirmed: number;
+  /** When a release message last arrived from each server (monotonic). */
+  readonly releasedAt: number[];
   /** Settles once the subscribe requests have answered or timed out. */
   ready: Promise<void>;
 }
+
+/**
+ * ms a waiter, woken by the release message of one server, waits for the
+ * messages of the others before it tries anyway.
+ */
+export const STRAGGLER_MS = 5;
 
 /** Bounds a promise by `ms`; resolves to undefined on time-out. Clears its timer. */
 function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
@@ -27,7 +35,9 @@ function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
 /**
  * The shared release listener of a Redlock: one subscriber connection per
  * server, opened when the first acquire has to wait, subscribed to the
- * channels of the resources somebody waits for, and closed when nobody does.
+ * channels of the resources somebody waits for, and closed as soon as nobody
+ * waits (a Redlock whose acquires wait again and again keeps one open only
+ * while one of them waits).
  */
 export class Waiters {
   readonly #members: readonly Member[];
@@ -50,8 +60,12 @@ export class Waiters {
   /**
    * Registers an interest in the release of `keys` until `done()` is called,
    * and returns a `wait` that sleeps until a release of one of them, at most
-   * `ms`. `wait` returns at once when a release arrived (or the subscription
-   * started) after `since`, the start of the attempt that failed.
+   * `ms`. A release counts once a quorum of the servers that confirmed the
+   * subscription announced it (the others release at about the same time,
+   * and a retry before they have is bound to fail), or {@linkcode
+   * STRAGGLER_MS} after the first did. `wait` returns at once when that
+   * happened (or the subscription started) after `since`, the start of the
+   * attempt that failed.
    */
   async listen(keys: readonly string[], timeout: number): Promise<Listening> {
     await this.#closing;
@@ -64,7 +78,8 @@ export class Waiters {
           holders: 0,
           wakers: new Set(),
           subscribedAt: Infinity,
-          releasedAt: -Infinity,
+          confirmed: 0,
+          releasedAt: this.#members.map(() => -Infinity),
           ready: Promise.resolve(),
         };
         this.#channels.set(name, channel);
@@ -103,15 +118,17 @@ export class Waiters {
   }
 
   #open(timeout: number): Promise<(ReleaseSubscriber | null)[]> {
-    const onMessage = (channel: string) => {
+    const onMessage = (channel: string, server: number) => {
       const entry = this.#channels.get(channel);
       if (entry === undefined) return;
-      entry.releasedAt = now();
+      entry.releasedAt[server] = now();
       for (const wake of entry.wakers) wake();
     };
-    this.#subscribers ??= Promise.all(this.#members.map(async (member) => {
+    this.#subscribers ??= Promise.all(this.#members.map(async (member, i) => {
       try {
-        const made = Promise.resolve(this.#factory(member.client, member.index, onMessage));
+        const made = Promise.resolve(
+          this.#factory(member.client, member.index, (channel) => onMessage(channel, i)),
+        );
         const subscriber = await within(made, timeout);
         if (subscriber === undefined) {
           made.then((late) => late?.close()).catch(() => {});
@@ -136,7 +153,9 @@ export class Waiters {
         const at = now();
         for (const name of names) {
           const channel = this.#channels.get(name);
-          if (channel !== undefined && channel.subscribedAt === Infinity) channel.subscribedAt = at;
+          if (channel === undefined) continue;
+          channel.confirmed++;
+          if (channel.subscribedAt === Infinity) channel.subscribedAt = at;
         }
       } catch (error) {
         this.#onError(error instanceof Error ? error : new Error(String(error)), this.#members[i]!);
@@ -151,18 +170,37 @@ export class Waiters {
     signal: AbortSignal | undefined,
   ): Promise<void> {
     if (signal?.aborted) return Promise.reject(signal.reason);
-    if (channels.some((c) => c.releasedAt > since || c.subscribedAt > since)) {
-      return Promise.resolve();
-    }
+    const quorum = Math.floor(this.#members.length / 2) + 1;
+    /** 2: a quorum announced a release (or the subscription is new), 1: a server did, 0: none. */
+    const released = (): number => {
+      let state = 0;
+      for (const channel of channels) {
+        if (channel.subscribedAt > since) return 2;
+        let count = 0;
+        for (const at of channel.releasedAt) if (at > since) count++;
+        if (count >= Math.min(quorum, Math.max(1, channel.confirmed))) return 2;
+        if (count > 0) state = 1;
+      }
+      return state;
+    };
+    const initial = released();
+    if (initial === 2) return Promise.resolve();
     return new Promise((resolve, reject) => {
+      let straggler: ReturnType<typeof setTimeout> | undefined;
       const finish = () => {
         clearTimeout(timer);
+        clearTimeout(straggler);
         signal?.removeEventListener("abort", onAbort);
-        for (const channel of channels) channel.wakers.delete(wake);
+        for (const channel of channels) channel.wakers.delete(check);
       };
       const wake = () => {
         finish();
         resolve();
+      };
+      const check = () => {
+        const state = released();
+        if (state === 2) wake();
+        else if (state === 1) straggler ??= setTimeout(wake, STRAGGLER_MS);
       };
       const onAbort = () => {
         finish();
@@ -170,7 +208,8 @@ export class Waiters {
       };
       const timer = setTimeout(wake, ms);
       signal?.addEventListener("abort", onAbort, { once: true });
-      for (const channel of channels) channel.wakers.add(wake);
+      for (const channel of channels) channel.wakers.add(check);
+      if (initial === 1) straggler = setTimeout(wake, STRAGGLER_MS);
     });
   }
 
@@ -183,6 +222,7 @@ export class Waiters {
       }
     });
     if (this.#channels.size === 0) {
+      // Nobody waits: close now, so no connection or timer outlives the calls.
       await this.close();
       return;
     }

@@ -24,6 +24,11 @@ export interface LockInit {
   readonly fencingToken?: number | undefined;
 }
 
+/** `list` itself when it is frozen already, else a frozen copy. */
+function frozen<T>(list: readonly T[]): readonly T[] {
+  return Object.isFrozen(list) ? list : Object.freeze([...list]);
+}
+
 /**
  * A lock held on a quorum of servers until {@linkcode Lock.expiration}.
  * Release it with {@linkcode Lock.release} or let `await using` do it.
@@ -67,9 +72,9 @@ export class Lock implements AsyncDisposable {
    */
   constructor(init: LockInit) {
     this.redlock = init.redlock;
-    this.resources = Object.freeze([...init.resources]);
+    this.resources = frozen(init.resources);
     this.value = init.value;
-    this.attempts = Object.freeze([...init.attempts]);
+    this.attempts = frozen(init.attempts);
     this.#validUntil = init.validUntil;
     this.expiration = toEpoch(init.validUntil);
     this.fencingToken = init.fencingToken;

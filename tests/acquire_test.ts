@@ -6,7 +6,17 @@ import {
   RequestTimeoutError,
   ResourceLockedError,
 } from "../mod.ts";
-import { get, hold, KINDS, onEveryServer, scriptCalls, setup, sleep } from "./_redis.ts";
+import {
+  get,
+  hold,
+  integer,
+  KINDS,
+  onEveryServer,
+  type RedisServer,
+  scriptCalls,
+  setup,
+  sleep,
+} from "./_redis.ts";
 
 for (const kind of KINDS) {
   for (const count of [1, 3, 5]) {
@@ -222,4 +232,67 @@ for (const kind of KINDS) {
     assert.match(lock.value, /^[0-9a-f-]{36}$/);
     await lock.release();
   });
+
+  Deno.test(
+    `[${kind}] acquire() of one resource uses SET NX and still reports the holder's TTL in LockConflictError`,
+    async () => {
+      await using env = await setup(kind, 3);
+      const [a, b, c] = env.servers.servers;
+      const redlock = new Redlock(env.clients, { retryCount: 0, wait: "poll" });
+      // deno-redis has no plain-command adapter: it keeps the script
+      const plain = kind !== "deno-redis";
+      const scripts = await scriptCalls(a!);
+      const sets = await commandCalls(a!, "set");
+      const lock = await redlock.acquire("plain", 5_000);
+      const scripted = await scriptCalls(a!) - scripts;
+      assert.ok(plain ? scripted === 0 : scripted > 0, `${scripted} script calls`);
+      // Redis counts the SET a script makes too
+      assert.equal(await commandCalls(a!, "set") - sets, 1);
+      assert.equal(await get(a!, "plain"), lock.value);
+      const ttl = await integer(a!, "PTTL", "plain");
+      assert.ok(ttl > 4_000 && ttl <= 5_000, `PX ${ttl}`);
+      await lock.release();
+      await onEveryServer(env.servers, "plain", null);
+
+      // another holder on two servers: conflicts that carry its TTL
+      await hold(a!, "plain", "other", 8_000);
+      await hold(b!, "plain", "other", 8_000);
+      const pttls = await commandCalls(a!, "pttl");
+      const error = await redlock.acquire("plain", 5_000).then(
+        () => assert.fail("acquire should fail"),
+        (e) => e,
+      );
+      assert.ok(error instanceof ResourceLockedError, String(error));
+      const stats = error.attempts[0]!;
+      assert.deepEqual([...stats.votesAgainst.keys()].sort(), [0, 1]);
+      for (const server of [0, 1]) {
+        const vote = stats.votesAgainst.get(server);
+        assert.ok(vote instanceof LockConflictError, String(vote));
+        assert.equal(vote.server, server);
+        assert.ok(vote.ttl > 7_000 && vote.ttl <= 8_000, `ttl ${vote.ttl}`);
+      }
+      assert.equal(await commandCalls(a!, "pttl") - pttls, 1, "one PTTL after the failed SET");
+      // giving up released what it took on the free server; the holder's keys stay
+      assert.equal(await get(c!, "plain"), null);
+      assert.equal(await get(a!, "plain"), "other");
+
+      // a holder's key without expiry: ttl -1
+      for (const server of [a!, b!]) await server.command("SET", "forever", "other");
+      const forever = await redlock.acquire("forever", 5_000).then(
+        () => assert.fail("acquire should fail"),
+        (e) => e,
+      );
+      assert.ok(forever instanceof ResourceLockedError, String(forever));
+      for (const server of [0, 1]) {
+        const vote = forever.attempts[0]!.votesAgainst.get(server);
+        assert.ok(vote instanceof LockConflictError && vote.ttl === -1, String(vote));
+      }
+    },
+  );
+}
+
+/** How many calls of `command` a server has run since its start (scripts' own calls too). */
+async function commandCalls(server: RedisServer, command: string): Promise<number> {
+  const info = await server.command("INFO", "commandstats");
+  return Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
 }

@@ -29,7 +29,9 @@ for (const kind of KINDS) {
     const lock = await waiting;
     const woke = performance.now() - releasedAt;
     assert.ok(woke < 500, `took ${woke} ms after the release (TTL was ~9.7 s)`);
-    assert.ok(lock.attempts.length <= 3, `${lock.attempts.length} attempts`);
+    // the first, the retry after subscribing, and the one the release woke (plus at most one
+    // woken before every server had released)
+    assert.ok(lock.attempts.length <= 4, `${lock.attempts.length} attempts`);
     await lock.release();
   });
 

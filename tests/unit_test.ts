@@ -4,6 +4,8 @@ import { hashSlot } from "../src/_slot.ts";
 import { drift, validUntil } from "../src/_time.ts";
 import { deadline, delay } from "../src/_delay.ts";
 import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/scripts.ts";
+import { type Member, round } from "../src/_quorum.ts";
+import { Redlock, RequestTimeoutError, type ScriptClient } from "../mod.ts";
 
 async function subtleSha1(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-1", new TextEncoder().encode(text));
@@ -58,4 +60,114 @@ Deno.test("deadline() aborts with a TimeoutError DOMException and dispose() clea
   const kept = deadline(undefined, 10_000);
   kept.dispose();
   assert.equal(kept.signal?.aborted, false);
+});
+
+/** A member whose requests answer after `ms` (never when `ms` is Infinity). */
+function member(index: number, ms: number): Member {
+  const answer = () =>
+    new Promise<number>((resolve) => {
+      if (ms !== Infinity) setTimeout(() => resolve(index), ms);
+    });
+  const runner: ScriptClient = { evalScript: answer };
+  return { index, client: runner, runner };
+}
+
+/** Counts the timers made through the global functions that are still pending. */
+function watchTimers(): { live: () => number; restore: () => void } {
+  const saved = { setTimeout, clearTimeout };
+  const live = new Set<unknown>();
+  const g = globalThis as unknown as Record<string, unknown>;
+  g.setTimeout = (fn: () => void, ms?: number) => {
+    const id = saved.setTimeout(() => {
+      live.delete(id);
+      fn();
+    }, ms);
+    live.add(id);
+    return id;
+  };
+  g.clearTimeout = (id?: number) => {
+    live.delete(id);
+    saved.clearTimeout(id);
+  };
+  return { live: () => live.size, restore: () => Object.assign(g, saved) };
+}
+
+Deno.test("round() times out each round at its own deadline and leaves no timer behind", async () => {
+  const timers = watchTimers();
+  try {
+    const errors: [number, string][] = [];
+    const options = (timeout: number) => ({
+      timeout,
+      done: () => false,
+      onError: (error: Error, m: Member) => errors.push([m.index, error.name]),
+    });
+    const start = performance.now();
+    const took = (p: Promise<unknown>) => p.then(() => performance.now() - start);
+    // a long round first, then a short one: the short one must not wait for the long one
+    const long = round(
+      [member(0, 5), member(1, Infinity)],
+      (m) => m.runner.evalScript(RELEASE, [], []),
+      options(300),
+    );
+    const short = round(
+      [member(2, Infinity)],
+      (m) => m.runner.evalScript(RELEASE, [], []),
+      options(40),
+    );
+    const [longMs, shortMs] = await Promise.all([took(long), took(short)]);
+    assert.ok(shortMs >= 39 && shortMs < 200, `short round settled after ${shortMs} ms`);
+    assert.ok(longMs >= 299 && longMs < 600, `long round settled after ${longMs} ms`);
+    const tally = await long;
+    assert.deepEqual([...tally.answers], [[0, 0]]);
+    assert.ok(tally.errors.get(1) instanceof RequestTimeoutError);
+    assert.deepEqual(errors.sort(), [[1, "RequestTimeoutError"], [2, "RequestTimeoutError"]]);
+    // a round that settles by its answers leaves no timer behind, not even for a moment
+    for (let i = 0; i < 20; i++) {
+      await round([member(0, 0)], (m) => m.runner.evalScript(RELEASE, [], []), options(500));
+      assert.equal(timers.live(), 0, `timers still pending after round ${i}`);
+    }
+  } finally {
+    timers.restore();
+  }
+});
+
+Deno.test("acquire() sends SET NX only for one resource without fencing when every client can", async () => {
+  const calls: string[] = [];
+  const fake = (plain: boolean, index: number): ScriptClient => {
+    const store = new Map<string, string>();
+    const client: ScriptClient = {
+      evalScript: (script, keys, args) => {
+        calls.push(`${index}:${script.name}`);
+        if (script.name === "acquire") {
+          for (const key of keys) store.set(key, args[0]!);
+          return Promise.resolve([1, keys.length > 1 && args[2] === "1" ? 1 : 0]);
+        }
+        return Promise.resolve(1); // release, fence
+      },
+    };
+    if (!plain) return client;
+    return {
+      ...client,
+      setIfAbsent: (key, value) => {
+        calls.push(`${index}:set`);
+        if (store.has(key)) return Promise.resolve(false);
+        store.set(key, value);
+        return Promise.resolve(true);
+      },
+      pttl: () => Promise.resolve(1_000),
+    };
+  };
+  const take = async (redlock: Redlock, resources: string | string[], fencing = false) => {
+    calls.length = 0;
+    const lock = await redlock.acquire(resources, 1_000, { fencing });
+    const sent = calls.filter((c) => !c.endsWith("release") && !c.endsWith("fence"));
+    await lock.release();
+    return sent.map((c) => c.split(":")[1]).sort();
+  };
+  const all = new Redlock([0, 1, 2].map((i) => fake(true, i)));
+  assert.deepEqual(await take(all, "one"), ["set", "set", "set"]);
+  assert.deepEqual(await take(all, ["{m}:1", "{m}:2"]), ["acquire", "acquire", "acquire"]);
+  assert.deepEqual(await take(all, "fenced", true), ["acquire", "acquire", "acquire"]);
+  const mixed = new Redlock([fake(true, 0), fake(false, 1), fake(true, 2)]);
+  assert.deepEqual(await take(mixed, "one"), ["acquire", "acquire", "acquire"]);
 });
