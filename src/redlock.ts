@@ -411,8 +411,7 @@ export class Redlock extends EventTarget {
 
   /**
    * Closes the subscriber connections of release-notified waiting (they are
-   * also closed once no acquire has waited for 100 ms). The Redlock stays
-   * usable.
+   * also closed as soon as no acquire waits). The Redlock stays usable.
    *
    * @returns A promise that settles once they are closed.
    *
@@ -911,7 +910,9 @@ export class Redlock extends EventTarget {
         attempts.push(ballot.stats);
         const until = validUntil(start, duration, settings.driftFactor);
         if (ballot.ok && until > ballot.end) {
-          const token = fencing ? await this.#fence(keys, ballot.token, until, settings) : 0;
+          const token = fencing
+            ? await this.#fence(scriptKeys.slice(keys.length), ballot.token, until, settings)
+            : 0;
           if (token !== undefined && (!fencing || until > now())) {
             return new Lock({
               redlock: this,
@@ -969,7 +970,7 @@ export class Redlock extends EventTarget {
    * Returns the token, or undefined when no quorum confirmed it in time.
    */
   async #fence(
-    keys: readonly string[],
+    fenceKeys: readonly string[],
     token: number,
     until: number,
     settings: Settings,
@@ -977,7 +978,7 @@ export class Redlock extends EventTarget {
     if (this.#members.length === 1) return token; // the acquire script wrote it
     const tally = await round(
       this.#members,
-      (m) => this.#run(m, FENCE, keys.map(fenceKey), [String(token)], asIs),
+      (m) => this.#run(m, FENCE, fenceKeys, [String(token)], asIs),
       {
         timeout: Math.max(1, Math.min(settings.requestTimeout, until - now())),
         done: ({ answers }) => answers.size >= this.quorum,
@@ -1123,7 +1124,6 @@ export class Redlock extends EventTarget {
     const opts = checkCallOptions(options);
     const settings = checkSettings(opts, this.settings, "options");
     if (this.#cluster) checkSlots(keys);
-    const n = this.#members.length;
     const q = this.quorum;
     const start = now();
     const tally = await round<number>(
@@ -1153,17 +1153,10 @@ export class Redlock extends EventTarget {
       return left > 0 ? left : null;
     }
     if (tally.answers.size - held.length >= q) return null;
-    throw new ExecutionError(`${what} did not get answers from a quorum`, [
-      toStats(
-        {
-          answers: new Map([...tally.answers].map(([i]) => [i, 0])),
-          errors: tally.errors,
-        },
-        n,
-        q,
-        elapsed,
-      ),
-    ]);
+    // every server that answered counts as "for": it could tell, one way or the other
+    const answered = new Map([...tally.answers].map(([i]) => [i, 0]));
+    const { stats } = this.#ballot({ answers: answered, errors: tally.errors }, start);
+    throw new ExecutionError(`${what} did not get answers from a quorum`, [stats]);
   }
 
   /** Runs `script` on one server; `judge` checks and converts its reply. */
@@ -1200,22 +1193,6 @@ export class Redlock extends EventTarget {
   #emit(error: Error, member: Member): void {
     this.dispatchEvent(new RedlockErrorEvent(error, member.index, member.client));
   }
-}
-
-function toStats(
-  tally: Tally<Vote>,
-  membershipSize: number,
-  quorumSize: number,
-  elapsed: number,
-): ExecutionStats {
-  const votesFor: number[] = [];
-  const votesAgainst = new Map<number, Error>();
-  for (const [server, vote] of tally.answers) {
-    if (typeof vote === "number") votesFor.push(server);
-    else votesAgainst.set(server, vote);
-  }
-  for (const [server, error] of tally.errors) votesAgainst.set(server, error);
-  return { membershipSize, quorumSize, votesFor, votesAgainst, elapsed };
 }
 
 function show(keys: readonly string[]): string {
