@@ -149,16 +149,24 @@ export interface TokenViolation {
   readonly afterHold: string;
 }
 
+/** The latest instant a hold can have been acquired: its report, or its lease's end if earlier. */
+function acquiredBy(hold: Hold): number {
+  return Math.min(hold.acquiredAt, hold.expiration);
+}
+
 /**
- * Holds (in order of acquisition) whose token does not exceed every earlier
+ * Holds (in order of acquisition, each placed no later than its lease's end) whose token does not exceed every earlier
  * token of the same resource. Holds without a token are ignored.
  */
 export function checkTokenOrder(holds: readonly Hold[]): TokenViolation[] {
   const violations: TokenViolation[] = [];
   for (const [resource, group] of byResource(holds)) {
+    // A lock is acquired before its validity ends; a worker that reports the
+    // acquisition later (a stalled process) is placed at that bound.
+    const ordered = [...group].sort((a, b) => acquiredBy(a) - acquiredBy(b));
     let max = -Infinity;
     let maxHold = "";
-    for (const hold of group) {
+    for (const hold of ordered) {
       if (hold.token === null) continue;
       if (hold.token <= max) {
         violations.push({

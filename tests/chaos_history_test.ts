@@ -136,6 +136,25 @@ Deno.test("checkTokenOrder() reports a token not above an earlier acquisition's"
   ]);
 });
 
+Deno.test("checkTokenOrder() places a hold its worker reported after its lease ended at that end", () => {
+  // 2:1 was acquired (token 6) before its lease ended at 250, but its stalled worker reported it
+  // only at 320, after 3:1 (token 7) had been acquired
+  const late = checkTokenOrder([
+    hold("1:1", { acquiredAt: 100, expiration: 200, token: 5 }),
+    hold("2:1", { acquiredAt: 320, expiration: 250, token: 6 }),
+    hold("3:1", { acquiredAt: 300, expiration: 400, token: 7 }),
+  ]);
+  assert.deepEqual(late, []);
+  // a token that is smaller than one handed out before its own lease began is still reported
+  const inverted = checkTokenOrder([
+    hold("1:1", { acquiredAt: 100, expiration: 200, token: 7 }),
+    hold("2:1", { acquiredAt: 320, expiration: 250, token: 6 }),
+  ]);
+  assert.deepEqual(inverted, [
+    { resource: "r", hold: "2:1", token: 6, after: 7, afterHold: "1:1" },
+  ]);
+});
+
 Deno.test("checkTokenOrder() ignores holds without a token", () => {
   const violations = checkTokenOrder([
     hold("1:1", { acquiredAt: 100, expiration: 200, token: 5 }),
