@@ -11,7 +11,10 @@
  */
 
 import { type AcquireOptions, Redlock as XRedlock } from "../mod.ts";
-import NodeRedlock, { ResourceLockedError as NodeLockedError } from "redlock";
+import NodeRedlock, {
+  ExecutionError as NodeExecutionError,
+  ResourceLockedError as NodeLockedError,
+} from "redlock";
 import {
   Redlock as SesameRedlock,
   ResourceLockedError as SesameLockedError,
@@ -78,6 +81,11 @@ export interface Impl {
   readonly multiResource: boolean;
   /** Whether it has `using()` with automatic extension (W5). */
   readonly hasUsing: boolean;
+  /**
+   * Whether an error of `acquire` is this implementation giving up after the
+   * retries of its own settings (a result, not a failure); absent: never.
+   */
+  readonly gaveUp?: (error: unknown) => boolean;
   open(ports: readonly number[], settings: Settings): Promise<Instance>;
 }
 
@@ -96,11 +104,14 @@ function unsupported(what: string): never {
   throw new Error(`${what} is not supported`);
 }
 
-/** @x/redlock with clients of `kind`. */
-function xImpl(kind: ClientKind, wait?: "notify"): Impl {
+/**
+ * @x/redlock with clients of `kind`; with `wait`, every acquire waits that
+ * way whatever the settings say (its id and label then name it).
+ */
+export function xImpl(kind: ClientKind, wait?: "poll" | "notify"): Impl {
   return {
-    id: `x-${kind}${wait ? "-notify" : ""}`,
-    label: `@x/redlock (${kind}${wait ? ", notify" : ""})`,
+    id: `x-${kind}${wait ? `-${wait}` : ""}`,
+    label: `@x/redlock (${kind}${wait ? `, ${wait}` : ""})`,
     client: kind,
     role: "x",
     multiResource: true,
@@ -175,15 +186,20 @@ function timeCalls<T extends object>(
   };
 }
 
-/** node-redlock 5.0.0-beta.2 and its fork @sesamecare-oss/redlock: one API. */
-function nodeRedlockImpl(fork: boolean): Impl {
+/**
+ * node-redlock 5.0.0-beta.2 and its fork @sesamecare-oss/redlock: one API.
+ * With `defaults`, node-redlock is made with no settings at all (its own
+ * retry count, delay, jitter and drift factor; the given ones are ignored).
+ */
+function nodeRedlockImpl(fork: boolean, defaults = false): Impl {
   return {
-    id: fork ? "sesamecare" : "node-redlock",
-    label: fork ? "@sesamecare-oss/redlock" : "node-redlock",
+    id: fork ? "sesamecare" : defaults ? "node-redlock-defaults" : "node-redlock",
+    label: fork ? "@sesamecare-oss/redlock" : defaults ? "node-redlock (defaults)" : "node-redlock",
     client: "ioredis",
     role: "peer",
     multiResource: true,
     hasUsing: true,
+    ...(defaults ? { gaveUp: (error: unknown) => error instanceof NodeExecutionError } : {}),
     async open(ports, settings) {
       const connections = await connectAll("ioredis", ports);
       const clients = connections.map((c) => c.client);
@@ -208,6 +224,8 @@ function nodeRedlockImpl(fork: boolean): Impl {
       const redlock =
         (fork
           ? new SesameRedlock(clients as never, options)
+          : defaults
+          ? new NodeRedlock(clients as never)
           : new NodeRedlock(clients as never, options)) as unknown as Api;
       const Locked = fork ? SesameLockedError : NodeLockedError;
       // Both emit every vote against as an "error" event; a held resource is not an error here.
@@ -345,6 +363,12 @@ export const IMPLS: readonly Impl[] = [
   floorImpl("ioredis"),
   floorImpl("node-redis"),
 ];
+
+/**
+ * node-redlock as its README makes it, with its default settings: 10
+ * retries 200 ± 100 ms apart, then an `ExecutionError` ({@linkcode Impl.gaveUp}).
+ */
+export const NODE_REDLOCK_DEFAULTS: Impl = nodeRedlockImpl(false, true);
 
 /** The @x/redlock rows with release-notified waiting (W3). */
 export const NOTIFY_IMPLS: readonly Impl[] = [

@@ -103,15 +103,18 @@ export class Results {
   }
 }
 
-const int = (n: number | undefined): string =>
+/** A count as `12,345` (`–` for none). */
+export const int = (n: number | undefined): string =>
   n === undefined || !Number.isFinite(n) ? "–" : Math.round(n).toLocaleString("en-US");
-const ms = (n: number | undefined): string =>
+/** A duration in ms: 2 decimals under 10, 1 above (`–` for none). */
+export const ms = (n: number | undefined): string =>
   n === undefined || !Number.isFinite(n) ? "–" : n < 10 ? n.toFixed(2) : n.toFixed(1);
 /** A ratio as `0.98×`. */
 export const times = (n: number | null | undefined): string =>
   n === null || n === undefined || !Number.isFinite(n) ? "–" : `${n.toFixed(2)}×`;
 
-function table(head: string[], rows: string[][]): string {
+/** A Markdown table. */
+export function table(head: string[], rows: string[][]): string {
   const line = (cells: string[]) => `| ${cells.join(" | ")} |`;
   return [line(head), line(head.map(() => "---")), ...rows.map(line)].join("\n");
 }

@@ -88,7 +88,15 @@ const prefix = (name: string): string => `bench:${name}:${Date.now().toString(36
  */
 async function cycle(
   instance: Instance,
-  options: { loops: number; width: number; ms?: number; cycles?: number; name: string },
+  options: {
+    loops: number;
+    width: number;
+    ms?: number;
+    cycles?: number;
+    name: string;
+    /** Gets the ms of every acquire call that succeeded. */
+    latencies?: number[];
+  },
   guard: Guard,
   errors: Errors,
 ): Promise<{ ops: number; elapsed: number }> {
@@ -106,7 +114,9 @@ async function cycle(
         const key = `${base}:${loop}:${i}`;
         const keys = width === 1 ? [key] : Array.from({ length: width }, (_, j) => `${key}:${j}`);
         try {
+          const asked = now();
           const held = await instance.acquire(keys, LEASE);
+          options.latencies?.push(now() - asked);
           guard.enter(keys);
           guard.exit(keys);
           await held.release();
@@ -146,6 +156,106 @@ export async function throughput(
   }
 }
 
+/** What workers contending for one key saw in one phase (grants inside the phase only). */
+interface Contended {
+  grants: number;
+  /** Grants to another worker than the one before, the first grant of the phase included. */
+  changes: number;
+  /** Grants to another worker than the previous holder in this phase. */
+  handoffs: number;
+  /** ms from calling acquire to its grant, per grant. */
+  waits: number[];
+  /** ms from the previous holder calling release to the grant, per handoff. */
+  handoffLatencies: number[];
+  /** Acquires that gave up after the implementation's own retries ({@linkcode Impl.gaveUp}). */
+  gaveUps: number;
+}
+
+/**
+ * Every instance is a worker that, until `ms` have passed, acquires `key`,
+ * holds it `holdMs` (0: releases at once, without yielding), releases it and
+ * waits `thinkMs`. A worker stops at its first error; one that gave up asks
+ * again. Grants after the end (while the others finish) are not counted.
+ */
+async function contend(
+  impl: Impl,
+  instances: readonly Instance[],
+  key: string,
+  shape: { ms: number; holdMs: number; thinkMs: number },
+  guard: Guard,
+  errors: Errors,
+): Promise<Contended> {
+  const end = now() + shape.ms;
+  const seen: Contended = {
+    grants: 0,
+    changes: 0,
+    handoffs: 0,
+    waits: [],
+    handoffLatencies: [],
+    gaveUps: 0,
+  };
+  let owner = -1;
+  let releaseCalled = NaN;
+  await Promise.all(instances.map(async (instance, worker) => {
+    while (now() < end) {
+      const asked = now();
+      let held;
+      try {
+        held = await instance.acquire([key], 5_000);
+      } catch (error) {
+        if (impl.gaveUp?.(error)) {
+          if (now() <= end) seen.gaveUps++;
+          continue;
+        }
+        errors.add(error);
+        return;
+      }
+      const granted = now();
+      guard.enter([key]);
+      if (granted <= end) {
+        seen.grants++;
+        seen.waits.push(granted - asked);
+        if (owner !== worker) seen.changes++;
+        if (owner !== worker && owner !== -1) {
+          seen.handoffs++;
+          seen.handoffLatencies.push(granted - releaseCalled);
+        }
+      }
+      owner = worker;
+      if (shape.holdMs > 0) await sleep(shape.holdMs);
+      guard.exit([key]);
+      releaseCalled = now();
+      try {
+        await held.release();
+      } catch (error) {
+        errors.add(error);
+        return;
+      }
+      if (shape.thinkMs > 0) await sleep(shape.thinkMs);
+    }
+  }));
+  return seen;
+}
+
+/** Opens `workers` instances of `impl` (each with its own connections); closes them all on failure. */
+async function openWorkers(
+  impl: Impl,
+  ports: readonly number[],
+  settings: Settings,
+  workers: number,
+): Promise<Instance[]> {
+  const settled = await Promise.allSettled(
+    Array.from({ length: workers }, () => impl.open(ports, settings)),
+  );
+  const opened = settled.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
+  const failed = settled.find((s) => s.status === "rejected");
+  if (failed) {
+    await Promise.all(opened.map((i) => i.close()));
+    throw (failed as PromiseRejectedResult).reason;
+  }
+  return opened;
+}
+
 /** W3: workers with their own connections contend for one key. */
 export async function contention(
   impl: Impl,
@@ -160,53 +270,22 @@ export async function contention(
     threshold: 100,
     ...(options.wait ? { wait: options.wait } : {}),
   };
-  const instances = await Promise.all(
-    Array.from({ length: options.workers }, () => impl.open(ports, settings)),
-  );
+  const instances = await openWorkers(impl, ports, settings, options.workers);
   const guard = new Guard();
   const errors = new Errors();
   const key = prefix(`${impl.id}:contended`);
-  const phase = async (ms: number) => {
-    const end = now() + ms;
-    const waits: number[] = [];
-    let grants = 0;
-    let changes = 0;
-    let owner = -1;
-    await Promise.all(instances.map(async (instance, worker) => {
-      while (now() < end) {
-        const asked = now();
-        let held;
-        try {
-          held = await instance.acquire([key], 5_000);
-        } catch (error) {
-          errors.add(error);
-          return;
-        }
-        const granted = now();
-        guard.enter([key]);
-        if (granted <= end) {
-          grants++;
-          waits.push(granted - asked);
-          if (owner !== worker) changes++;
-        }
-        owner = worker;
-        await sleep(plan.holdMs);
-        guard.exit([key]);
-        try {
-          await held.release();
-        } catch (error) {
-          errors.add(error);
-          return;
-        }
-        if (plan.thinkMs > 0) await sleep(plan.thinkMs);
-      }
-    }));
-    return { grants, changes, waits };
-  };
+  const shape = { holdMs: plan.holdMs, thinkMs: plan.thinkMs };
   try {
-    await phase(plan.warmMs);
+    await contend(impl, instances, key, { ...shape, ms: plan.warmMs }, guard, errors);
     collect();
-    const { grants, changes, waits } = await phase(plan.contentionMs);
+    const { grants, changes, waits } = await contend(
+      impl,
+      instances,
+      key,
+      { ...shape, ms: plan.contentionMs },
+      guard,
+      errors,
+    );
     const seconds = plan.contentionMs / 1000;
     return outcome(
       {
@@ -221,6 +300,106 @@ export async function contention(
     );
   } finally {
     await Promise.all(instances.map((i) => i.close()));
+  }
+}
+
+/** Durations and shape of a handoff cell. */
+export interface HandoffPlan {
+  readonly workers: number;
+  readonly warmMs: number;
+  readonly measureMs: number;
+  /** ms each grant is held; 0 releases at once. */
+  readonly holdMs: number;
+}
+
+/**
+ * Handoffs: `plan.workers` workers, each with its own instance (and
+ * connections), contend for one fresh key with a 5 s lease and no think
+ * time. A handoff is a grant to another worker than the previous holder;
+ * its latency runs from the previous holder calling release to the grant.
+ * Acquires that gave up after the implementation's own retries are counted
+ * (`gaveUps`) and asked again; any other error fails the cell.
+ */
+export async function handoff(
+  impl: Impl,
+  ports: readonly number[],
+  settings: Settings,
+  plan: HandoffPlan,
+): Promise<Outcome> {
+  const instances = await openWorkers(impl, ports, settings, plan.workers);
+  const guard = new Guard();
+  const errors = new Errors();
+  const key = prefix(`${impl.id}:handoff:${plan.holdMs}`);
+  const shape = { holdMs: plan.holdMs, thinkMs: 0 };
+  try {
+    await contend(impl, instances, key, { ...shape, ms: plan.warmMs }, guard, errors);
+    collect();
+    const seen = await contend(
+      impl,
+      instances,
+      key,
+      { ...shape, ms: plan.measureMs },
+      guard,
+      errors,
+    );
+    const seconds = plan.measureMs / 1000;
+    return outcome(
+      {
+        handoffsPerSec: seen.handoffs / seconds,
+        grantsPerSec: seen.grants / seconds,
+        waitP50: percentile(seen.waits, 50),
+        waitP99: percentile(seen.waits, 99),
+        handoffP50: percentile(seen.handoffLatencies, 50),
+        handoffP99: percentile(seen.handoffLatencies, 99),
+        handoffs: seen.handoffs,
+        grants: seen.grants,
+        gaveUps: seen.gaveUps,
+      },
+      errors,
+      instances,
+      guard,
+    );
+  } finally {
+    await Promise.all(instances.map((i) => i.close()));
+  }
+}
+
+/**
+ * Uncontended acquire latency: one loop of acquire + release on fresh keys
+ * (one resource each) for `plan.measureMs` after a `plan.warmMs` warm-up;
+ * percentiles of the acquire call alone.
+ */
+export async function acquireLatency(
+  impl: Impl,
+  ports: readonly number[],
+  plan: { readonly warmMs: number; readonly measureMs: number },
+): Promise<Outcome> {
+  const instance = await impl.open(ports, FRESH);
+  const guard = new Guard();
+  const errors = new Errors();
+  const shape = { loops: 1, width: 1 };
+  try {
+    await cycle(instance, { ...shape, ms: plan.warmMs, name: `${impl.id}:warm` }, guard, errors);
+    collect();
+    const latencies: number[] = [];
+    const { ops } = await cycle(
+      instance,
+      { ...shape, ms: plan.measureMs, name: `${impl.id}:latency`, latencies },
+      guard,
+      errors,
+    );
+    return outcome(
+      {
+        acquireP50: percentile(latencies, 50),
+        acquireP99: percentile(latencies, 99),
+        acquires: ops,
+      },
+      errors,
+      [instance],
+      guard,
+    );
+  } finally {
+    await instance.close();
   }
 }
 

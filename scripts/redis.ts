@@ -96,12 +96,26 @@ export async function command(port: number, ...args: string[]): Promise<string> 
 }
 
 function isComplete(text: string): boolean {
-  if (!text.endsWith("\r\n")) return false;
-  if (text[0] === "$") {
-    const len = Number(text.slice(1, text.indexOf("\r\n")));
-    return len < 0 || text.length >= text.indexOf("\r\n") + 2 + len + 2;
+  return skipReply(text, 0) !== -1;
+}
+
+/** The index after the RESP reply that starts at `at`, or -1 when it is incomplete. */
+function skipReply(text: string, at: number): number {
+  const eol = text.indexOf("\r\n", at);
+  if (eol === -1) return -1;
+  const type = text[at];
+  const size = Number(text.slice(at + 1, eol));
+  if (type === "$") {
+    if (size < 0) return eol + 2;
+    const end = eol + 2 + size + 2;
+    return text.length >= end ? end : -1;
   }
-  return text[0] !== "*" || text.split("\r\n").length > 2;
+  if (type === "*") {
+    let next = eol + 2;
+    for (let i = 0; i < size && next !== -1; i++) next = skipReply(text, next);
+    return next;
+  }
+  return eol + 2;
 }
 
 async function waitReady(port: number, timeout = 10_000): Promise<void> {

@@ -1,5 +1,10 @@
 import type { Member } from "./_quorum.ts";
-import { releaseChannel, type ReleaseSubscriber, type SubscriberFactory } from "./subscriber.ts";
+import {
+  releaseChannel,
+  type ReleaseSubscriber,
+  type SubscriberFactory,
+  wakeChannel,
+} from "./subscriber.ts";
 import { now } from "./_time.ts";
 
 interface Channel {
@@ -13,6 +18,8 @@ interface Channel {
   confirmed: number;
   /** When a release message last arrived from each server (monotonic). */
   readonly releasedAt: number[];
+  /** Which servers named the acquire in a wake message (its own record only). */
+  readonly handed: boolean[];
   /** Settles once the subscribe requests have answered or timed out. */
   ready: Promise<void>;
 }
@@ -22,6 +29,18 @@ interface Channel {
  * messages of the others before it tries anyway.
  */
 export const STRAGGLER_MS = 5;
+
+function newChannel(servers: number): Channel {
+  return {
+    holders: 0,
+    wakers: new Set(),
+    subscribedAt: Infinity,
+    confirmed: 0,
+    releasedAt: Array.from({ length: servers }, () => -Infinity),
+    handed: Array.from({ length: servers }, () => false),
+    ready: Promise.resolve(),
+  };
+}
 
 /** Bounds a promise by `ms`; resolves to undefined on time-out. Clears its timer. */
 function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
@@ -33,33 +52,52 @@ function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
 }
 
 /**
+ * ms the subscriber connections stay open after the last wait ended, so that
+ * a Redlock whose acquires wait again and again (a hot resource) does not
+ * open and close them for every wait, which costs more than the wait itself.
+ */
+export const LINGER_MS = 100;
+
+/**
  * The shared release listener of a Redlock: one subscriber connection per
  * server, opened when the first acquire has to wait, subscribed to the
- * channels of the resources somebody waits for, and closed as soon as nobody
- * waits (a Redlock whose acquires wait again and again keeps one open only
- * while one of them waits).
+ * channels of the resources somebody waits for, and closed {@linkcode
+ * LINGER_MS} after the last wait ended (at once by `close()`).
  */
 export class Waiters {
   readonly #members: readonly Member[];
   readonly #factory: SubscriberFactory;
   readonly #onError: (error: Error, member: Member) => void;
   readonly #channels = new Map<string, Channel>();
+  /** The Redlock's wake channel. */
+  readonly #wake: string;
+  /** The queued acquires, by lock value: what their wake messages tell. */
+  readonly #named = new Map<string, Channel>();
   #subscribers: Promise<(ReleaseSubscriber | null)[]> | undefined;
   #closing: Promise<void> = Promise.resolve();
+  /** Unsubscribes and closes under way, which `settled()` waits for. */
+  readonly #tidying = new Set<Promise<void>>();
+  /** Closes the connections once nobody waited for {@linkcode LINGER_MS}. */
+  #linger: ReturnType<typeof setTimeout> | undefined;
+  /** Resources acquires queued for since the connections opened. */
+  readonly #hot = new Set<string>();
 
   constructor(
+    id: string,
     members: readonly Member[],
     factory: SubscriberFactory,
     onError: (error: Error, member: Member) => void,
   ) {
+    this.#wake = wakeChannel(id);
     this.#members = members;
     this.#factory = factory;
     this.#onError = onError;
   }
 
   /**
-   * Registers an interest in the release of `keys` until `done()` is called,
-   * and returns a `wait` that sleeps until a release of one of them, at most
+   * Registers an interest in the release of `keys` (or, with `value`, of
+   * its one key, reserved for that queued acquire) until `done()` is
+   * called, and returns a `wait` that sleeps until such a release, at most
    * `ms`. A release counts once a quorum of the servers that confirmed the
    * subscription announced it (the others release at about the same time,
    * and a retry before they have is bound to fail), or {@linkcode
@@ -67,21 +105,29 @@ export class Waiters {
    * happened (or the subscription started) after `since`, the start of the
    * attempt that failed.
    */
-  async listen(keys: readonly string[], timeout: number): Promise<Listening> {
+  async listen(
+    keys: readonly string[],
+    timeout: number,
+    value?: string,
+  ): Promise<Listening> {
+    clearTimeout(this.#linger);
+    this.#linger = undefined;
     await this.#closing;
-    const names = keys.map(releaseChannel);
+    const names = value === undefined ? keys.map(releaseChannel) : [this.#wake];
+    // Channels kept from earlier waits that nobody needs now.
+    const stale: string[] = [];
+    for (const [name, channel] of this.#channels) {
+      if (channel.holders === 0 && !names.includes(name)) {
+        this.#channels.delete(name);
+        stale.push(name);
+      }
+    }
+    this.#unsubscribe(stale);
     const fresh: string[] = [];
     const channels = names.map((name) => {
       let channel = this.#channels.get(name);
       if (channel === undefined) {
-        channel = {
-          holders: 0,
-          wakers: new Set(),
-          subscribedAt: Infinity,
-          confirmed: 0,
-          releasedAt: this.#members.map(() => -Infinity),
-          ready: Promise.resolve(),
-        };
+        channel = newChannel(this.#members.length);
         this.#channels.set(name, channel);
         fresh.push(name);
       }
@@ -93,41 +139,107 @@ export class Waiters {
       for (const name of fresh) this.#channels.get(name)!.ready = ready;
     }
     await Promise.all(channels.map((c) => c.ready));
+    let waitOn = channels;
+    if (value !== undefined) {
+      // Wake messages name the acquire; it waits on its own record of them.
+      const named = newChannel(this.#members.length);
+      named.subscribedAt = -Infinity;
+      named.confirmed = channels[0]!.confirmed;
+      this.#named.set(value, named);
+      waitOn = [named];
+    }
     let done = false;
     return {
       subscribed: channels.some((c) => c.subscribedAt !== Infinity),
-      wait: (since, ms, signal) => this.#wait(channels, since, ms, signal),
+      heard: () => {
+        const servers: number[] = [];
+        waitOn[0]!.handed.forEach((handed, server) => handed && servers.push(server));
+        return servers;
+      },
+      wait: (since, ms, signal) => this.#wait(waitOn, since, ms, signal),
       done: () => {
         if (done) return Promise.resolve();
         done = true;
+        if (value !== undefined) this.#named.delete(value);
         return this.#forget(names, channels);
       },
     };
   }
 
+  /**
+   * Whether an acquire of this Redlock queued for `resource` since the
+   * connections opened: then it is likely still contended.
+   */
+  isHot(resource: string): boolean {
+    return this.#hot.has(resource);
+  }
+
+  /** Notes that an acquire queued for `resource`. */
+  queued(resource: string): void {
+    if (this.#hot.size >= 1_000) this.#hot.clear();
+    this.#hot.add(resource);
+  }
+
   /** Closes every subscriber connection. */
   close(): Promise<void> {
+    this.#hot.clear();
+    this.#named.clear();
+    clearTimeout(this.#linger);
+    this.#linger = undefined;
     const subscribers = this.#subscribers;
     this.#subscribers = undefined;
     this.#channels.clear();
-    if (subscribers === undefined) return this.#closing;
-    this.#closing = subscribers.then((list) =>
-      Promise.all(list.map((s) => s?.close().catch(() => {})))
-    ).then(() => {}, () => {});
-    return this.#closing;
+    if (subscribers !== undefined) {
+      this.#closing = this.#track(
+        subscribers.then((list) => Promise.all(list.map((s) => s?.close().catch(() => {})))),
+      );
+    }
+    return this.settled() ?? this.#closing;
+  }
+
+  /**
+   * A promise of the unsubscribes and closes under way, or undefined when
+   * there are none.
+   */
+  settled(): Promise<void> | undefined {
+    if (this.#tidying.size === 0) return undefined;
+    return Promise.all(this.#tidying).then(() => {});
+  }
+
+  #track(work: Promise<unknown>): Promise<void> {
+    const tracked = work.then(() => {}, () => {});
+    this.#tidying.add(tracked);
+    tracked.then(() => this.#tidying.delete(tracked));
+    return tracked;
   }
 
   #open(timeout: number): Promise<(ReleaseSubscriber | null)[]> {
-    const onMessage = (channel: string, server: number) => {
-      const entry = this.#channels.get(channel);
-      if (entry === undefined) return;
+    const mark = (entry: Channel, server: number) => {
       entry.releasedAt[server] = now();
       for (const wake of entry.wakers) wake();
+    };
+    const onMessage = (channel: string, server: number, message: string | undefined) => {
+      if (channel !== this.#wake) {
+        const entry = this.#channels.get(channel);
+        if (entry !== undefined) mark(entry, server);
+      } else if (message === undefined) {
+        // A subscriber that does not tell the message: wake them all to try.
+        for (const entry of this.#named.values()) mark(entry, server);
+      } else {
+        const entry = this.#named.get(message);
+        if (entry === undefined) return;
+        entry.handed[server] = true;
+        mark(entry, server);
+      }
     };
     this.#subscribers ??= Promise.all(this.#members.map(async (member, i) => {
       try {
         const made = Promise.resolve(
-          this.#factory(member.client, member.index, (channel) => onMessage(channel, i)),
+          this.#factory(
+            member.client,
+            member.index,
+            (channel, message) => onMessage(channel, i, message),
+          ),
         );
         const subscriber = await within(made, timeout);
         if (subscriber === undefined) {
@@ -213,22 +325,37 @@ export class Waiters {
     });
   }
 
-  async #forget(names: string[], channels: Channel[]): Promise<void> {
-    const idle: string[] = [];
-    channels.forEach((channel, i) => {
-      if (--channel.holders === 0) {
-        this.#channels.delete(names[i]!);
-        idle.push(names[i]!);
-      }
+  #forget(names: readonly string[], channels: Channel[]): Promise<void> {
+    for (const channel of channels) channel.holders--;
+    let waiting = false;
+    for (const channel of this.#channels.values()) waiting ||= channel.holders > 0;
+    // Channels nobody listens to now are unsubscribed, unless nobody waits at
+    // all: then they are kept a little, for the next wait.
+    const idle = names.filter((name, i) => {
+      const channel = channels[i]!;
+      if (channel.holders > 0 || this.#channels.get(name) !== channel) return false;
+      if (!waiting) return false;
+      this.#channels.delete(name);
+      return true;
     });
-    if (this.#channels.size === 0) {
-      // Nobody waits: close now, so no connection or timer outlives the calls.
-      await this.close();
-      return;
+    if (!waiting) {
+      clearTimeout(this.#linger);
+      this.#linger = setTimeout(() => {
+        this.#linger = undefined;
+        this.close();
+      }, LINGER_MS);
     }
-    if (idle.length === 0 || this.#subscribers === undefined) return;
-    const subscribers = await this.#subscribers;
-    await Promise.all(subscribers.map((s) => s?.unsubscribe(idle).catch(() => {})));
+    return this.#unsubscribe(idle);
+  }
+
+  #unsubscribe(names: string[]): Promise<void> {
+    const subscribers = this.#subscribers;
+    if (names.length === 0 || subscribers === undefined) return Promise.resolve();
+    return this.#track(
+      subscribers.then((list) =>
+        Promise.all(list.map((s) => s?.unsubscribe(names).catch(() => {})))
+      ),
+    );
   }
 }
 
@@ -236,8 +363,17 @@ export class Waiters {
 export interface Listening {
   /** Whether at least one server confirmed the subscription. */
   readonly subscribed: boolean;
+  /**
+   * The servers whose releases named this acquire (handed it the key or
+   * reserved it), when it listens with a value.
+   */
+  heard(): number[];
   /** Sleeps until a release after `since` or `ms` passed; rejects on abort. */
   wait(since: number, ms: number, signal: AbortSignal | undefined): Promise<void>;
-  /** Ends the interest; closes the connections when nobody else waits. */
+  /**
+   * Ends the interest, and unsubscribes (or, when nobody else waits, keeps
+   * the connections {@linkcode LINGER_MS} for the next wait); the promise
+   * settles when the unsubscribe is done.
+   */
   done(): Promise<void>;
 }

@@ -15,7 +15,16 @@ import {
 } from "./errors.ts";
 import { RedlockErrorEvent } from "./error_event.ts";
 import { Lock } from "./lock.ts";
-import { ACQUIRE, EXTEND, FENCE, fenceKey, INSPECT, type LuaScript, RELEASE } from "./scripts.ts";
+import {
+  ACQUIRE,
+  EXTEND,
+  FENCE,
+  fenceKey,
+  INSPECT,
+  type LuaScript,
+  queueKey,
+  RELEASE,
+} from "./scripts.ts";
 import { duplicateSubscriber, type SubscriberFactory } from "./subscriber.ts";
 import { type Listening, Waiters } from "./_waiters.ts";
 import { deadline, delay } from "./_delay.ts";
@@ -341,6 +350,10 @@ export class Redlock extends EventTarget {
   /** Whether every client has `setIfAbsent` and `pttl` (plain SET NX for one resource). */
   readonly #plain: boolean;
   readonly #waiters: Waiters;
+  /** A random id: the first part of the values of this Redlock's locks. */
+  readonly #id: string = crypto.randomUUID();
+  /** How many acquires were made: the second part. */
+  #acquires = 0;
   /** Whether a round of votes can settle: a quorum for, or a quorum impossible. */
   readonly #decided: (tally: Tally<Vote>) => boolean;
   readonly #onError = (error: Error, member: Member): void => this.#emit(error, member);
@@ -406,7 +419,7 @@ export class Redlock extends EventTarget {
         `options.subscriber must be a function, got ${describeValue(factory)}`,
       );
     }
-    this.#waiters = new Waiters(this.#members, factory, this.#onError);
+    this.#waiters = new Waiters(this.#id, this.#members, factory, this.#onError);
   }
 
   /**
@@ -542,9 +555,12 @@ export class Redlock extends EventTarget {
       return Promise.reject(error);
     }
     const keys = lock.resources;
-    const args = [lock.value];
-    return this.#vote((m) => this.#run(m, RELEASE, keys, args, released), settings, undefined)
-      .then((ballot) => {
+    const send = this.#releaser(keys, lock.value, settings);
+    return this.#vote((m) => send(m).then((reply) => released(reply, m.index)), settings, undefined)
+      .then(async (ballot) => {
+        // Subscriber connections the acquire left to close in the background.
+        const tidying = this.#waiters.settled();
+        if (tidying !== undefined) await tidying;
         if (!ballot.ok) {
           throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [
             ballot.stats,
@@ -884,36 +900,126 @@ export class Redlock extends EventTarget {
     fencing: boolean,
   ): Promise<Lock> {
     signal?.throwIfAborted();
-    const value = crypto.randomUUID();
+    // Unique: the Redlock's random id and a count. The id names the channel
+    // that wakes the acquire when it queues; the lease, the one a release
+    // hands the key to it for (0: only reserve it, as a fencing token needs
+    // the acquire script).
+    const value = `${this.#id}:${(++this.#acquires).toString(36)}:${fencing ? 0 : duration}`;
     const attempts: ExecutionStats[] = [];
-    const scriptKeys = fencing ? [...keys, ...keys.map(fenceKey)] : keys;
-    const args = [value, String(duration), fencing ? "1" : ""];
-    const script = (m: Member) => this.#run(m, ACQUIRE, scriptKeys, args, toVote);
+    const counters = fencing ? keys.map(fenceKey) : [];
+    const acquireScript = (ticket: string) => {
+      // A waiter on one resource waits in its queue (see RELEASE).
+      const scriptKeys = ticket === ""
+        ? [...keys, ...counters]
+        : [...keys, ...counters, queueKey(keys[0]!)];
+      const args = [
+        value,
+        String(duration),
+        fencing ? "1" : "",
+        ticket,
+        String(4 * settings.requestTimeout),
+      ];
+      if (ticket === "") return (m: Member) => this.#run(m, ACQUIRE, scriptKeys, args, toVote);
+      // A queued acquire deals with answers that come after their round settled.
+      return (m: Member) => {
+        const sentIn = current;
+        return this.#run(m, ACQUIRE, scriptKeys, args, toVote).then((vote) => {
+          if (sentIn <= settled) late(m, typeof vote === "number");
+          return vote;
+        }, (error) => {
+          if (sentIn <= settled) late(m, undefined);
+          throw error;
+        });
+      };
+    };
+    /** The attempt in flight, and the last one whose round settled. */
+    let current = 0;
+    let settled = 0;
+    /**
+     * A late answer: `taken` true when the server took the key, false on a
+     * conflict, undefined on an error (it may have). Once granted, the lock
+     * keeps what it took, and leaves the other queues; before, what a
+     * failed attempt took is released, and the acquire stays in the queues.
+     */
+    const late = (m: Member, taken: boolean | undefined) => {
+      if (granted) {
+        if (taken !== true) this.#releaseQuietly(this.#releaser(keys, value, settings, "2"), [m]);
+      } else if (taken !== false) {
+        this.#releaseQuietly(this.#releaser(keys, value, settings, "1"), [m]);
+        releasedTo.add(m.index);
+      }
+    };
+    let script = acquireScript("");
     // One resource without fencing: a plain SET NX, which costs the server a
     // fifth of the script, as long as the resource looks free. After a
     // conflict the script, which also tells the holder's TTL, saves the PTTL.
     let send = this.#plain && !fencing && keys.length === 1
       ? this.#setIfAbsent(keys[0]!, value, duration)
       : script;
+    /** The place in the wait queue, by wall clock (comparable across hosts); "" when not queued. */
+    let ticket = "";
+    /** Whether the queues need no more telling that this acquire no longer waits. */
+    let left = true;
     let listening: Listening | undefined;
+    let granted = false;
+    /** Servers this acquire sent a release to: what they handed it may be gone. */
+    const releasedTo = new Set<number>();
+    /** When the first attempt in the queue started: no server queued the value before. */
+    let queuedAt: number | undefined;
+    /** Drops the queue entries; `keep` keeps keys the value holds. */
+    const leave = (members: readonly Member[], keep = false) => {
+      if (!left) {
+        this.#releaseQuietly(this.#releaser(keys, value, settings, keep ? "2" : ""), members);
+      }
+      left = true;
+    };
+    /**
+     * Subscribes to the Redlock's wake channel and takes a place in the
+     * resource's wait queue with the next attempt; false when no server
+     * confirmed the subscription.
+     */
+    const join = async (): Promise<boolean> => {
+      listening = await this.#waiters.listen(keys, settings.requestTimeout, value);
+      if (!listening.subscribed) return false;
+      this.#waiters.queued(keys[0]!);
+      ticket = String(Date.now());
+      left = false;
+      send = script = acquireScript(ticket);
+      return true;
+    };
+    const queueable = settings.wait === "notify" && keys.length === 1;
     try {
+      // An acquire of this Redlock queued for the resource just now, so it
+      // is likely still contended: queue at once.
+      if (queueable && this.#waiters.isHot(keys[0]!)) await join();
       for (let attempt = 1;; attempt++) {
         const start = now();
         let ballot: Ballot;
         try {
+          current = attempt;
           ballot = await this.#vote(send, settings, signal, start);
+          settled = attempt;
         } catch (error) {
           // Aborted mid-round: whatever lands on a server is released behind it.
-          this.#releaseQuietly(keys, value, this.#members);
+          this.#releaseQuietly(
+            this.#releaser(keys, value, settings),
+            this.#members,
+          );
+          left = true;
           throw error;
         }
         attempts.push(ballot.stats);
+        if (ticket !== "") queuedAt ??= start;
         const until = validUntil(start, duration, settings.driftFactor);
         if (ballot.ok && until > ballot.end) {
-          const token = fencing
-            ? await this.#fence(scriptKeys.slice(keys.length), ballot.token, until, settings)
-            : 0;
+          const token = fencing ? await this.#fence(counters, ballot.token, until, settings) : 0;
           if (token !== undefined && (!fencing || until > now())) {
+            // The servers that took the lock dropped the queue entry; tell the others.
+            if (!left) {
+              const against = ballot.stats.votesAgainst;
+              leave(this.#members.filter((m) => against.has(m.index)), true);
+            }
+            granted = true;
             return new Lock({
               redlock: this,
               resources: Object.freeze(keys),
@@ -926,17 +1032,29 @@ export class Redlock extends EventTarget {
         }
         // Undo a partial (or too slow) lock where it may have landed; requests on
         // one connection run in order, so the release lands after the acquire.
+        // (In the queue, a server that has not answered yet is dealt with by
+        // `late()`, which keeps the acquire's place there.)
+        const { votesFor, votesAgainst } = ballot.stats;
         const taken = this.#members.filter((m) =>
-          !(ballot.stats.votesAgainst.get(m.index) instanceof LockConflictError)
+          ticket === ""
+            ? !(votesAgainst.get(m.index) instanceof LockConflictError)
+            : votesFor.includes(m.index) ||
+              (votesAgainst.has(m.index) &&
+                !(votesAgainst.get(m.index) instanceof LockConflictError))
         );
         const { retryCount } = settings;
         if (retryCount !== -1 && attempt > retryCount) {
           // Giving up: reject only once the release has answered (or timed out).
-          await round(taken, (m) => this.#run(m, RELEASE, keys, [value], asIs), {
-            timeout: settings.requestTimeout,
-            done: () => false,
-            onError: this.#onError,
-          });
+          await round(
+            left ? taken : this.#members,
+            this.#releaser(keys, value, settings),
+            {
+              timeout: settings.requestTimeout,
+              done: () => false,
+              onError: this.#onError,
+            },
+          );
+          left = true;
           // Another holder kept it unless server errors alone made a quorum impossible.
           const errors = ballot.stats.votesAgainst.size - ballot.conflicts;
           const held = ballot.conflicts > 0 && errors <= this.clients.length - this.quorum;
@@ -945,23 +1063,102 @@ export class Redlock extends EventTarget {
             ? new ResourceLockedError(`${message}: held by another lock`, attempts)
             : new ExecutionError(message, attempts);
         }
-        this.#releaseQuietly(keys, value, taken);
+        this.#releaseQuietly(
+          this.#releaser(keys, value, settings, ticket === "" ? "" : "1"),
+          taken,
+        );
+        for (const m of taken) releasedTo.add(m.index);
         if (ballot.conflicts > 0) send = script;
         if (settings.wait === "notify" && ballot.conflicts > 0) {
-          listening ??= await this.#waiters.listen(keys, settings.requestTimeout);
-          if (listening.subscribed) {
-            const fallback = Number.isFinite(ballot.heldFor)
-              ? ballot.heldFor + 1
-              : this.#retryWait(settings, attempt);
-            await listening.wait(start, fallback, signal);
-            continue;
+          const fallback = Number.isFinite(ballot.heldFor)
+            ? ballot.heldFor + 1
+            : this.#retryWait(settings, attempt);
+          if (queueable) {
+            // Retry at once, in the queue.
+            if (listening === undefined && await join()) continue;
+            if (ticket !== "") {
+              // Woken by the releases that handed the key to this acquire (or
+              // reserved it); a waiter ahead that went away holds it up at most
+              // that long, hence the bound.
+              await listening!.wait(
+                start,
+                Math.min(fallback, settings.requestTimeout + 1),
+                signal,
+              );
+              const lock = fencing ? undefined : this.#handed(listening!, queuedAt, duration, {
+                keys,
+                value,
+                settings,
+                attempts,
+                releasedTo,
+              });
+              if (lock !== undefined) {
+                granted = true;
+                left = true;
+                return lock;
+              }
+              continue;
+            }
+          } else {
+            listening ??= await this.#waiters.listen(keys, settings.requestTimeout);
+            if (listening.subscribed) {
+              await listening.wait(start, fallback, signal);
+              continue;
+            }
           }
         }
         await delay(this.#retryWait(settings, attempt), signal);
       }
     } finally {
-      if (listening !== undefined) await listening.done();
+      leave(this.#members);
+      if (listening !== undefined) {
+        // A lock is handed out at once; release() and dispose wait for the rest.
+        const done = listening.done();
+        if (!granted) await done;
+      }
     }
+  }
+
+  /**
+   * The lock a quorum of servers handed to a queued acquire (see RELEASE),
+   * or undefined when fewer did or too little of its lease is left. Each
+   * server handed it after it queued the value, so the keys last at least
+   * until `queuedAt` plus the lease, unless the acquire released them
+   * itself after a failed attempt: such servers do not count.
+   */
+  #handed(
+    listening: Listening,
+    queuedAt: number | undefined,
+    duration: number,
+    call: {
+      keys: readonly string[];
+      value: string;
+      settings: Settings;
+      attempts: ExecutionStats[];
+      releasedTo: ReadonlySet<number>;
+    },
+  ): Lock | undefined {
+    const votesFor = listening.heard().filter((server) => !call.releasedTo.has(server));
+    if (queuedAt === undefined || votesFor.length < this.quorum) return undefined;
+    const until = validUntil(queuedAt, duration, call.settings.driftFactor);
+    const end = now();
+    // A long wait leaves little of the lease: then an attempt renews it.
+    if (until - end < duration / 2) return undefined;
+    call.attempts.push({
+      membershipSize: this.#members.length,
+      quorumSize: this.quorum,
+      votesFor,
+      votesAgainst: new Map(),
+      elapsed: end - queuedAt,
+    });
+    return new Lock({
+      redlock: this,
+      resources: Object.freeze(call.keys),
+      value: call.value,
+      attempts: Object.freeze(call.attempts),
+      validUntil: until,
+      fencingToken: undefined,
+    });
   }
 
   /**
@@ -1182,9 +1379,26 @@ export class Redlock extends EventTarget {
     );
   }
 
-  #releaseQuietly(keys: readonly string[], value: string, members: readonly Member[]): void {
+  /**
+   * Sends RELEASE of `value` to one server: keys it frees go to the first of
+   * their wait queues. `mode` "" also leaves the queues, "1" stays in them
+   * (and keeps a reservation), "2" only leaves them.
+   */
+  #releaser(
+    keys: readonly string[],
+    value: string,
+    settings: Settings,
+    mode: "" | "1" | "2" = "",
+  ): (member: Member) => Promise<unknown> {
+    const scriptKeys = [...keys, ...keys.map(queueKey)];
+    const args = [value, String(settings.requestTimeout), mode];
+    return (m) => this.#run(m, RELEASE, scriptKeys, args, asIs);
+  }
+
+  /** Runs `send` on `members` without waiting; failures become error events. */
+  #releaseQuietly(send: (member: Member) => Promise<unknown>, members: readonly Member[]): void {
     for (const member of members) {
-      this.#run(member, RELEASE, keys, [value], asIs).catch((error) =>
+      send(member).catch((error) =>
         this.#emit(error instanceof Error ? error : new Error(String(error)), member)
       );
     }

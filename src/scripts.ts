@@ -22,33 +22,54 @@ function script(name: string, source: string): LuaScript {
 }
 
 /**
- * KEYS: the n resources, then (when ARGV[3] is "1") their n fencing counters.
- * ARGV: value, duration ms, "1" for a fencing token.
- * Returns `{1, token}` when every key was free and is now set (token 0
- * without fencing), else `{0, pttl}` of the first key found held; nothing is
- * written then. With fencing, every counter is incremented and all are set to
- * the largest, which is the token.
+ * KEYS: the n resources, then (when ARGV[3] is "1") their n fencing
+ * counters, then (when ARGV[4] is not "") the one resource's wait queue.
+ * ARGV: value, duration ms, "1" for a fencing token, the waiter's ticket or
+ * "", ms the queue must outlive the holder.
+ * A key counts as free when it is missing, reserved for this value or
+ * handed to it (see RELEASE). Returns `{1, token}` when every key was free and is now set
+ * (token 0 without fencing), else `{0, pttl}` of the first key found held;
+ * then nothing is written but, with a ticket, the value's entry in the wait
+ * queue (ordered by ticket, then value), which is kept alive beyond the
+ * holder's TTL. With fencing, every counter is incremented and all are set
+ * to the largest, which is the token.
  */
 export const ACQUIRE: LuaScript = script(
   "acquire",
-  `local n = #KEYS
-if ARGV[3] == "1" then n = n / 2 end
+  `local value = ARGV[1]
+local n = #KEYS
+local queue
+if ARGV[4] ~= "" then
+  queue = KEYS[n]
+  n = n - 1
+end
+local fenced = ARGV[3] == "1"
+if fenced then n = n / 2 end
 if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
   for i = 1, n do
-    local ttl = redis.call("PTTL", KEYS[i])
-    if ttl ~= -2 then return {0, ttl} end
+    local holder = redis.call("GET", KEYS[i])
+    if holder and holder ~= value and holder ~= "?" .. value then
+      local ttl = redis.call("PTTL", KEYS[i])
+      if queue then
+        redis.call("ZADD", queue, "NX", ARGV[4], value)
+        local life = math.max(ttl, 0) + tonumber(ARGV[5])
+        if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
+      end
+      return {0, ttl}
+    end
   end
 end
 for i = 1, n do
-  redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
+  redis.call("SET", KEYS[i], value, "PX", ARGV[2])
 end
-if n == #KEYS then return {1, 0} end
+if queue then redis.call("ZREM", queue, value) end
+if not fenced then return {1, 0} end
 local token = 0
-for i = n + 1, #KEYS do
+for i = n + 1, 2 * n do
   local count = redis.call("INCR", KEYS[i])
   if count > token then token = count end
 end
-for i = n + 1, #KEYS do
+for i = n + 1, 2 * n do
   redis.call("SET", KEYS[i], token)
 end
 return {1, token}`,
@@ -89,17 +110,42 @@ return {1, 0}`,
 );
 
 /**
- * KEYS: resources. ARGV: value. Deletes the keys that hold the value, and
- * publishes each deletion on the resource's release channel (see
- * `releaseChannel()`) for waiting acquires; returns how many it deleted.
+ * KEYS: the n resources, then their n wait queues. ARGV: value, ms a
+ * reservation lasts, and "" to release and leave the queues, "1" to release
+ * keys that hold the value but stay in the queues (and keep reservations),
+ * "2" only to leave the queues (keys that hold the value stay).
+ * Frees every key that holds the value or is reserved for it. When the key's queue has a waiter, the key
+ * goes to the first: handed to it (set to its value for the lease its value
+ * ends with, see `Redlock`) or, when that is 0, reserved for it (set to "?"
+ * and its value for the given ms, so that only it can take the key); its
+ * value is then published on its Redlock's channel (see `wakeChannel()`).
+ * Else the key is deleted and "" published on the resource's release
+ * channel (see `releaseChannel()`). Returns how many keys held the value.
  */
 export const RELEASE: LuaScript = script(
   "release",
-  `local count = 0
-for _, key in ipairs(KEYS) do
-  if redis.call("GET", key) == ARGV[1] then
-    count = count + redis.call("DEL", key)
-    redis.call("PUBLISH", "redlock:release:" .. key, "")
+  `local n = #KEYS / 2
+local value = ARGV[1]
+local count = 0
+for i = 1, n do
+  local key, queue = KEYS[i], KEYS[n + i]
+  if ARGV[3] ~= "1" then redis.call("ZREM", queue, value) end
+  local holder = redis.call("GET", key)
+  if (holder == value and ARGV[3] ~= "2") or (holder == "?" .. value and ARGV[3] ~= "1") then
+    if holder == value then count = count + 1 end
+    local head = redis.call("ZPOPMIN", queue)[1]
+    if head then
+      local lease = tonumber(string.match(head, ":(%d+)$")) or 0
+      if lease > 0 then
+        redis.call("SET", key, head, "PX", lease)
+      else
+        redis.call("SET", key, "?" .. head, "PX", ARGV[2])
+      end
+      redis.call("PUBLISH", "redlock:wake:" .. string.match(head, "^[^:]*"), head)
+    else
+      redis.call("DEL", key)
+      redis.call("PUBLISH", "redlock:release:" .. key, "")
+    end
   end
 end
 return count`,
@@ -110,13 +156,26 @@ return count`,
  * Redis Cluster hash slot, never expiring.
  */
 export function fenceKey(resource: string): string {
-  const open = resource.indexOf("{");
-  const tagged = open !== -1 && resource.indexOf("}", open + 1) > open + 1;
-  return tagged ? `${resource}:fence` : `{${resource}}:fence`;
+  return beside(resource, "fence");
 }
 
 /**
- * KEYS: resources. ARGV: value, or "" for any holder.
+ * The key of the wait queue of `resource` (a sorted set of waiting values),
+ * in the same Redis Cluster hash slot; it expires once nobody waits.
+ */
+export function queueKey(resource: string): string {
+  return beside(resource, "waiters");
+}
+
+function beside(resource: string, suffix: string): string {
+  const open = resource.indexOf("{");
+  const tagged = open !== -1 && resource.indexOf("}", open + 1) > open + 1;
+  return tagged ? `${resource}:${suffix}` : `{${resource}}:${suffix}`;
+}
+
+/**
+ * KEYS: resources. ARGV: value, or "" for any holder (a key reserved for a
+ * waiter counts as held).
  * Returns `-2` when a key is missing (or held by another value), `-1` when
  * every key is held without expiry, else the smallest remaining ms.
  */

@@ -8,9 +8,21 @@
 
 import type { RedisClient } from "./clients.ts";
 
-/** The channel a release of `resource` is published on. */
+/**
+ * The channel a release of `resource` is published on when nobody queues
+ * for it (the release frees the key for anyone).
+ */
 export function releaseChannel(resource: string): string {
   return `redlock:release:${resource}`;
+}
+
+/**
+ * The channel of the waiting acquires of one Redlock, by its id (the part of
+ * their lock values before the colon): a release that reserved a key for
+ * one of them (the first of the key's wait queue) publishes its value there.
+ */
+export function wakeChannel(id: string): string {
+  return `redlock:wake:${id}`;
 }
 
 /**
@@ -29,13 +41,15 @@ export interface ReleaseSubscriber {
 
 /**
  * Makes a subscriber connection for the server of `client` (the
- * `index`-th of the Redlock) that calls `onMessage(channel)` for every
- * message; `null` when it cannot, and the lock then polls.
+ * `index`-th of the Redlock) that calls `onMessage(channel, message)` for
+ * every message; `null` when it cannot, and the lock then polls. (A factory
+ * that leaves out `message` still works, but then a release wakes every
+ * waiting acquire of the Redlock instead of the first in line.)
  */
 export type SubscriberFactory = (
   client: RedisClient,
   index: number,
-  onMessage: (channel: string) => void,
+  onMessage: (channel: string, message?: string) => void,
 ) => ReleaseSubscriber | null | Promise<ReleaseSubscriber | null>;
 
 type Fn = (...args: unknown[]) => unknown;
@@ -64,7 +78,7 @@ interface NodeRedisSubscriber {
  *
  * @param client The Redlock's client for that server.
  * @param _index Its index.
- * @param onMessage Called with the channel of every message.
+ * @param onMessage Called with the channel and payload of every message.
  * @returns A subscriber, or null when the client cannot be duplicated.
  *
  * @example Wrapping the default for logging
@@ -82,14 +96,17 @@ interface NodeRedisSubscriber {
 export async function duplicateSubscriber(
   client: RedisClient,
   _index: number,
-  onMessage: (channel: string) => void,
+  onMessage: (channel: string, message?: string) => void,
 ): Promise<ReleaseSubscriber | null> {
   const c = client as unknown as Partial<Duplicable> & { defineCommand?: Fn; evalSha?: Fn };
   if (typeof c.duplicate !== "function") return null;
   if (typeof c.defineCommand === "function") {
     const sub = c.duplicate() as IoredisSubscriber;
     sub.on("error", () => {});
-    sub.on("message", (channel: unknown) => onMessage(String(channel)));
+    sub.on(
+      "message",
+      (channel: unknown, message: unknown) => onMessage(String(channel), String(message)),
+    );
     return {
       subscribe: async (channels) => void await sub.subscribe(...channels),
       unsubscribe: async (channels) => void await sub.unsubscribe(...channels),
@@ -106,7 +123,8 @@ export async function duplicateSubscriber(
     const sub = c.duplicate() as NodeRedisSubscriber;
     sub.on("error", () => {});
     await sub.connect();
-    const listener = (_message: unknown, channel: unknown) => onMessage(String(channel));
+    const listener = (message: unknown, channel: unknown) =>
+      onMessage(String(channel), String(message));
     return {
       subscribe: async (channels) => void await sub.subscribe([...channels], listener),
       unsubscribe: async (channels) => void await sub.unsubscribe([...channels], listener),

@@ -1,13 +1,25 @@
 import assert from "node:assert/strict";
 import { Redlock } from "../mod.ts";
+import { LINGER_MS } from "../src/_waiters.ts";
 import { get, integer, type RedisServer, setup, sleep } from "./_redis.ts";
 
 const KINDS = ["ioredis", "node-redis"] as const;
 
-/** How many subscribers a server has for the release channel of `resource`. */
-async function subscribers(server: RedisServer, resource: string): Promise<number> {
-  const reply = await server.command("PUBSUB", "NUMSUB", `redlock:release:${resource}`);
-  return Number(reply.trim().split("\r\n").at(-1)!.replace(":", ""));
+/** How many lock channels (release or wake) a server has subscribers for. */
+async function channels(server: RedisServer): Promise<number> {
+  const reply = await server.command("PUBSUB", "CHANNELS", "redlock:*");
+  return reply.split("\r\n").filter((line) => line.startsWith("redlock:")).length;
+}
+
+/** Polls `probe` until it returns `want`, for at most `ms`; returns the last value. */
+async function settle<T>(probe: () => Promise<T>, want: T, ms = 1_000): Promise<T> {
+  const end = performance.now() + ms;
+  let value = await probe();
+  while (value !== want && performance.now() < end) {
+    await sleep(10);
+    value = await probe();
+  }
+  return value;
 }
 
 async function connections(server: RedisServer): Promise<number> {
@@ -49,18 +61,16 @@ for (const kind of KINDS) {
       );
       await sleep(300);
       for (const server of env.servers.servers) {
-        assert.equal(await subscribers(server, "queue"), 1);
+        assert.equal(await channels(server), 1, "the Redlock's one wake channel");
         assert.equal(await connections(server), before[0]! + 1, "one subscriber connection");
       }
       await held.release();
       await Promise.all(waiting);
-      for (const server of env.servers.servers) {
-        assert.equal(await subscribers(server, "queue"), 0);
+      // kept a little for the next wait, then closed
+      for (const [i, server] of env.servers.servers.entries()) {
+        assert.equal(await settle(() => channels(server), 0), 0);
+        assert.equal(await settle(() => connections(server), before[i]!), before[i]!);
       }
-      for (let i = 0; i < 50 && (await connections(env.servers.servers[0]!)) > before[0]!; i++) {
-        await sleep(10);
-      }
-      assert.deepEqual(await Promise.all(env.servers.servers.map(connections)), before);
     },
   );
 
@@ -112,12 +122,15 @@ for (const kind of KINDS) {
     const controller = new AbortController();
     const waiting = redlock.acquire("disposed", 1_000, { signal: controller.signal });
     await sleep(200);
-    assert.equal(await subscribers(server, "disposed"), 1);
+    assert.equal(await channels(server), 1);
     controller.abort(new Error("enough"));
     await assert.rejects(waiting, /enough/);
+    const disposing = performance.now();
     await redlock[Symbol.asyncDispose]();
+    assert.ok(performance.now() - disposing < LINGER_MS, "closed at once, not after lingering");
     for (let i = 0; i < 50 && (await connections(server)) > before; i++) await sleep(10);
     assert.equal(await connections(server), before);
+    assert.equal(await channels(server), 0);
     assert.equal(await integer(server, "PUBSUB", "NUMPAT"), 0);
     await held.release();
   });

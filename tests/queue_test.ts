@@ -1,0 +1,142 @@
+import assert from "node:assert/strict";
+import { duplicateSubscriber, Redlock } from "../mod.ts";
+import { queueKey } from "../src/scripts.ts";
+import { get, integer, onEveryServer, scriptCalls, setup, sleep } from "./_redis.ts";
+
+const KINDS = ["ioredis", "node-redis"] as const;
+
+for (const kind of KINDS) {
+  Deno.test(`[${kind}] waiters on one resource get it in the order they queued`, async () => {
+    await using env = await setup(kind, 3);
+    await using holder = new Redlock(env.clients, { wait: "poll" });
+    const held = await holder.acquire("line", 10_000);
+    const order: number[] = [];
+    const waiters = Array.from({ length: 5 }, () => new Redlock(env.clients, { retryCount: -1 }));
+    try {
+      const waiting = waiters.map(async (redlock, i) => {
+        await sleep(60 * i);
+        const lock = await redlock.acquire("line", 5_000, { timeout: 10_000 });
+        order.push(i);
+        await sleep(20);
+        await lock.release();
+      });
+      await sleep(500);
+      await held.release();
+      await Promise.all(waiting);
+      assert.deepEqual(order, [0, 1, 2, 3, 4]);
+    } finally {
+      await Promise.all(waiters.map((w) => w[Symbol.asyncDispose]()));
+    }
+  });
+
+  Deno.test(
+    `[${kind}] a release hands the key to the first waiter, with no request of the waiter`,
+    async () => {
+      await using env = await setup(kind, 3);
+      await using holder = new Redlock(env.clients, { wait: "poll" });
+      await using waiter = new Redlock(env.clients);
+      // load the release script on every server (a first EVALSHA meets NOSCRIPT and runs EVAL)
+      await (await holder.acquire("warm-up", 1_000)).release();
+      const held = await holder.acquire("baton", 10_000);
+      const waiting = waiter.acquire("baton", 5_000, { timeout: 5_000 });
+      await sleep(300);
+      const before = await Promise.all(env.servers.servers.map(scriptCalls));
+      await held.release();
+      const lock = await waiting;
+      const after = await Promise.all(env.servers.servers.map(scriptCalls));
+      // the release script only: the lock was handed over, not taken by another attempt
+      assert.deepEqual(after.map((n, i) => n - before[i]!), [1, 1, 1]);
+      const last = lock.attempts.at(-1)!;
+      assert.ok(last.votesFor.length >= 2 && last.votesAgainst.size === 0);
+      assert.ok(lock.remainingTime > 4_000, `${lock.remainingTime} ms left`);
+      await onEveryServer(env.servers, "baton", lock.value);
+      await lock.release();
+      await onEveryServer(env.servers, "baton", null);
+    },
+  );
+
+  Deno.test(`[${kind}] an acquire that gives up leaves the queue`, async () => {
+    await using env = await setup(kind, 3);
+    await using holder = new Redlock(env.clients, { wait: "poll" });
+    await using first = new Redlock(env.clients, { retryCount: -1 });
+    await using second = new Redlock(env.clients, { retryCount: -1 });
+    const held = await holder.acquire("impatient", 10_000);
+    const gaveUp = first.acquire("impatient", 5_000, { timeout: 200 });
+    await sleep(50);
+    const waiting = second.acquire("impatient", 5_000, { timeout: 5_000 });
+    await assert.rejects(gaveUp, (e: Error) => e.name === "TimeoutError");
+    await sleep(300);
+    for (const server of env.servers.servers) {
+      assert.equal(await integer(server, "ZCARD", queueKey("impatient")), 1);
+    }
+    const releasedAt = performance.now();
+    await held.release();
+    const lock = await waiting;
+    const waited = performance.now() - releasedAt;
+    assert.ok(waited < 400, `${waited} ms after the release`);
+    await lock.release();
+  });
+
+  Deno.test(
+    `[${kind}] a queued waiter that went away holds the next one up for at most its lease`,
+    async () => {
+      await using env = await setup(kind, 3);
+      await using holder = new Redlock(env.clients, { wait: "poll" });
+      await using waiter = new Redlock(env.clients, { requestTimeout: 200 });
+      const held = await holder.acquire("ghost", 10_000);
+      // a waiter of a process that crashed, first in line, asking for a 300 ms lease
+      const ghost = "00000000-0000-0000-0000-000000000000:1:300";
+      for (const server of env.servers.servers) {
+        await server.command("ZADD", queueKey("ghost"), "0", ghost);
+      }
+      const waiting = waiter.acquire("ghost", 5_000, { timeout: 5_000 });
+      await sleep(200);
+      const releasedAt = performance.now();
+      await held.release();
+      assert.equal(await get(env.servers.servers[0]!, "ghost"), ghost);
+      const lock = await waiting;
+      const waited = performance.now() - releasedAt;
+      assert.ok(waited >= 250 && waited < 2_000, `${waited} ms after the release`);
+      await lock.release();
+    },
+  );
+
+  Deno.test(`[${kind}] a queued fencing acquire gets the next token when woken`, async () => {
+    await using env = await setup(kind, 3);
+    await using holder = new Redlock(env.clients);
+    await using waiter = new Redlock(env.clients);
+    const held = await holder.acquire("fenced-line", 10_000, { fencing: true });
+    const waiting = waiter.acquire("fenced-line", 5_000, { fencing: true, timeout: 5_000 });
+    await sleep(300);
+    const releasedAt = performance.now();
+    await held.release();
+    const lock = await waiting;
+    const waited = performance.now() - releasedAt;
+    assert.ok(waited < 400, `${waited} ms after the release (the TTL was ~9.7 s)`);
+    assert.equal(lock.fencingToken, held.fencingToken! + 1);
+    await lock.release();
+  });
+
+  Deno.test(
+    `[${kind}] a subscriber that does not pass the message still wakes waiters, which then try`,
+    async () => {
+      await using env = await setup(kind, 3);
+      await using holder = new Redlock(env.clients, { wait: "poll" });
+      await using waiter = new Redlock(env.clients, {
+        subscriber: (client, index, onMessage) =>
+          duplicateSubscriber(client, index, (channel) => onMessage(channel)),
+      });
+      const held = await holder.acquire("mute", 10_000);
+      const waiting = waiter.acquire("mute", 5_000, { timeout: 5_000 });
+      await sleep(300);
+      const releasedAt = performance.now();
+      await held.release();
+      const lock = await waiting;
+      assert.ok(performance.now() - releasedAt < 400);
+      // not taken on the word of a message it could not read: the last attempt asked the servers
+      assert.ok(lock.attempts.at(-1)!.elapsed < 200);
+      await onEveryServer(env.servers, "mute", lock.value);
+      await lock.release();
+    },
+  );
+}
