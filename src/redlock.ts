@@ -84,11 +84,13 @@ export interface RedlockOptions {
   requestTimeout?: number;
   /**
    * How an acquire waits for a resource another holder has: `"notify"`
-   * sleeps until the holder's release is published (Redis pub/sub) or its
-   * remaining TTL ends, whichever comes first; `"poll"` sleeps `retryDelay`
-   * plus jitter. `"notify"` falls back to polling for a client that cannot
-   * subscribe. Safety never depends on a message: a lost one only costs the
-   * fallback wait.
+   * queues for it (one resource) and sleeps until a release hands it the
+   * key, first come first served, and is told so through Redis pub/sub (a
+   * lock on several resources sleeps until one is released); or until the
+   * holder's remaining TTL ends. `"poll"` sleeps `retryDelay` plus jitter.
+   * `"notify"` falls back to polling for a client that cannot subscribe.
+   * Safety never depends on a message: a lost one only costs the fallback
+   * wait.
    *
    * @default {"notify"}
    */
@@ -424,7 +426,7 @@ export class Redlock extends EventTarget {
 
   /**
    * Closes the subscriber connections of release-notified waiting (they are
-   * also closed as soon as no acquire waits). The Redlock stays usable.
+   * also closed 100 ms after the last wait ends). The Redlock stays usable.
    *
    * @returns A promise that settles once they are closed.
    *
