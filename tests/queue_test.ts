@@ -37,21 +37,32 @@ for (const kind of KINDS) {
       await using waiter = new Redlock(env.clients);
       // load the release script on every server (a first EVALSHA meets NOSCRIPT and runs EVAL)
       await (await holder.acquire("warm-up", 1_000)).release();
-      const held = await holder.acquire("baton", 10_000);
-      const waiting = waiter.acquire("baton", 5_000, { timeout: 5_000 });
-      await sleep(300);
-      const before = await Promise.all(env.servers.servers.map(scriptCalls));
-      await held.release();
-      const lock = await waiting;
-      const after = await Promise.all(env.servers.servers.map(scriptCalls));
-      // the release script only: the lock was handed over, not taken by another attempt
-      assert.deepEqual(after.map((n, i) => n - before[i]!), [1, 1, 1]);
-      const last = lock.attempts.at(-1)!;
-      assert.ok(last.votesFor.length >= 2 && last.votesAgainst.size === 0);
-      assert.ok(lock.remainingTime > 4_000, `${lock.remainingTime} ms left`);
-      await onEveryServer(env.servers, "baton", lock.value);
-      await lock.release();
-      await onEveryServer(env.servers, "baton", null);
+      // A waiter whose messages come more than 5 ms apart (a loaded machine) asks the servers
+      // instead, which is also correct; a handoff must still happen in one of three turns.
+      const handoffs: boolean[] = [];
+      for (let turn = 0; turn < 3 && !handoffs.includes(true); turn++) {
+        const key = `baton-${turn}`;
+        const held = await holder.acquire(key, 10_000);
+        const waiting = waiter.acquire(key, 5_000, { timeout: 5_000 });
+        await sleep(300);
+        const before = await Promise.all(env.servers.servers.map(scriptCalls));
+        await held.release();
+        const lock = await waiting;
+        const after = await Promise.all(env.servers.servers.map(scriptCalls));
+        const last = lock.attempts.at(-1)!;
+        // the release script only: the lock was handed over, not taken by another attempt
+        const handed = after.every((n, i) => n - before[i]! === 1);
+        if (handed) {
+          assert.ok(last.votesFor.length >= 2 && last.votesAgainst.size === 0);
+          assert.ok(last.elapsed >= 250, "counted from the attempt that queued");
+        }
+        handoffs.push(handed);
+        assert.ok(lock.remainingTime > 4_000, `${lock.remainingTime} ms left`);
+        await onEveryServer(env.servers, key, lock.value);
+        await lock.release();
+        await onEveryServer(env.servers, key, null);
+      }
+      assert.ok(handoffs.includes(true), `no handoff in ${handoffs.length} turns`);
     },
   );
 
