@@ -256,8 +256,48 @@ async function openWorkers(
   return opened;
 }
 
+/**
+ * Opens `workers` instances of `impl`, lets them contend for `key` for
+ * `warmMs`, collects garbage, contends again for `measureMs`, and returns the
+ * outcome with the metrics `measure` makes of what that phase saw.
+ */
+async function contendedCell(
+  impl: Impl,
+  ports: readonly number[],
+  settings: Settings,
+  cell: {
+    workers: number;
+    key: string;
+    holdMs: number;
+    thinkMs: number;
+    warmMs: number;
+    measureMs: number;
+  },
+  measure: (seen: Contended, seconds: number) => Record<string, number>,
+): Promise<Outcome> {
+  const instances = await openWorkers(impl, ports, settings, cell.workers);
+  const guard = new Guard();
+  const errors = new Errors();
+  const shape = { holdMs: cell.holdMs, thinkMs: cell.thinkMs };
+  try {
+    await contend(impl, instances, cell.key, { ...shape, ms: cell.warmMs }, guard, errors);
+    collect();
+    const seen = await contend(
+      impl,
+      instances,
+      cell.key,
+      { ...shape, ms: cell.measureMs },
+      guard,
+      errors,
+    );
+    return outcome(measure(seen, cell.measureMs / 1000), errors, instances, guard);
+  } finally {
+    await Promise.all(instances.map((i) => i.close()));
+  }
+}
+
 /** W3: workers with their own connections contend for one key. */
-export async function contention(
+export function contention(
   impl: Impl,
   ports: readonly number[],
   plan: Plan,
@@ -270,37 +310,19 @@ export async function contention(
     threshold: 100,
     ...(options.wait ? { wait: options.wait } : {}),
   };
-  const instances = await openWorkers(impl, ports, settings, options.workers);
-  const guard = new Guard();
-  const errors = new Errors();
-  const key = prefix(`${impl.id}:contended`);
-  const shape = { holdMs: plan.holdMs, thinkMs: plan.thinkMs };
-  try {
-    await contend(impl, instances, key, { ...shape, ms: plan.warmMs }, guard, errors);
-    collect();
-    const { grants, changes, waits } = await contend(
-      impl,
-      instances,
-      key,
-      { ...shape, ms: plan.contentionMs },
-      guard,
-      errors,
-    );
-    const seconds = plan.contentionMs / 1000;
-    return outcome(
-      {
-        grantsPerSec: grants / seconds,
-        ownerChangesPerSec: changes / seconds,
-        waitP50: percentile(waits, 50),
-        waitP99: percentile(waits, 99),
-      },
-      errors,
-      instances,
-      guard,
-    );
-  } finally {
-    await Promise.all(instances.map((i) => i.close()));
-  }
+  return contendedCell(impl, ports, settings, {
+    workers: options.workers,
+    key: prefix(`${impl.id}:contended`),
+    holdMs: plan.holdMs,
+    thinkMs: plan.thinkMs,
+    warmMs: plan.warmMs,
+    measureMs: plan.contentionMs,
+  }, (seen, seconds) => ({
+    grantsPerSec: seen.grants / seconds,
+    ownerChangesPerSec: seen.changes / seconds,
+    waitP50: percentile(seen.waits, 50),
+    waitP99: percentile(seen.waits, 99),
+  }));
 }
 
 /** Durations and shape of a handoff cell. */
@@ -320,48 +342,27 @@ export interface HandoffPlan {
  * Acquires that gave up after the implementation's own retries are counted
  * (`gaveUps`) and asked again; any other error fails the cell.
  */
-export async function handoff(
+export function handoff(
   impl: Impl,
   ports: readonly number[],
   settings: Settings,
   plan: HandoffPlan,
 ): Promise<Outcome> {
-  const instances = await openWorkers(impl, ports, settings, plan.workers);
-  const guard = new Guard();
-  const errors = new Errors();
-  const key = prefix(`${impl.id}:handoff:${plan.holdMs}`);
-  const shape = { holdMs: plan.holdMs, thinkMs: 0 };
-  try {
-    await contend(impl, instances, key, { ...shape, ms: plan.warmMs }, guard, errors);
-    collect();
-    const seen = await contend(
-      impl,
-      instances,
-      key,
-      { ...shape, ms: plan.measureMs },
-      guard,
-      errors,
-    );
-    const seconds = plan.measureMs / 1000;
-    return outcome(
-      {
-        handoffsPerSec: seen.handoffs / seconds,
-        grantsPerSec: seen.grants / seconds,
-        waitP50: percentile(seen.waits, 50),
-        waitP99: percentile(seen.waits, 99),
-        handoffP50: percentile(seen.handoffLatencies, 50),
-        handoffP99: percentile(seen.handoffLatencies, 99),
-        handoffs: seen.handoffs,
-        grants: seen.grants,
-        gaveUps: seen.gaveUps,
-      },
-      errors,
-      instances,
-      guard,
-    );
-  } finally {
-    await Promise.all(instances.map((i) => i.close()));
-  }
+  return contendedCell(impl, ports, settings, {
+    ...plan,
+    key: prefix(`${impl.id}:handoff:${plan.holdMs}`),
+    thinkMs: 0,
+  }, (seen, seconds) => ({
+    handoffsPerSec: seen.handoffs / seconds,
+    grantsPerSec: seen.grants / seconds,
+    waitP50: percentile(seen.waits, 50),
+    waitP99: percentile(seen.waits, 99),
+    handoffP50: percentile(seen.handoffLatencies, 50),
+    handoffP99: percentile(seen.handoffLatencies, 99),
+    handoffs: seen.handoffs,
+    grants: seen.grants,
+    gaveUps: seen.gaveUps,
+  }));
 }
 
 /**

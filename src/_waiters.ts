@@ -75,7 +75,7 @@ export class Waiters {
   readonly #named = new Map<string, Channel>();
   #subscribers: Promise<(ReleaseSubscriber | null)[]> | undefined;
   #closing: Promise<void> = Promise.resolve();
-  /** Unsubscribes and closes under way, which `settled()` waits for. */
+  /** Unsubscribes and closes under way, which `close()` waits for. */
   readonly #tidying = new Set<Promise<void>>();
   /** Closes the connections once nobody waited for {@linkcode LINGER_MS}. */
   #linger: ReturnType<typeof setTimeout> | undefined;
@@ -194,15 +194,6 @@ export class Waiters {
         subscribers.then((list) => Promise.all(list.map((s) => s?.close().catch(() => {})))),
       );
     }
-    return this.settled() ?? this.#closing;
-  }
-
-  /**
-   * A promise of the unsubscribes and closes under way, or undefined when
-   * there are none.
-   */
-  settled(): Promise<void> | undefined {
-    if (this.#tidying.size === 0) return undefined;
     return Promise.all(this.#tidying).then(() => {});
   }
 

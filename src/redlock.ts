@@ -559,10 +559,7 @@ export class Redlock extends EventTarget {
     const keys = lock.resources;
     const send = this.#releaser(keys, lock.value, settings);
     return this.#vote((m) => send(m).then((reply) => released(reply, m.index)), settings, undefined)
-      .then(async (ballot) => {
-        // Subscriber connections the acquire left to close in the background.
-        const tidying = this.#waiters.settled();
-        if (tidying !== undefined) await tidying;
+      .then((ballot) => {
         if (!ballot.ok) {
           throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [
             ballot.stats,
@@ -1038,11 +1035,8 @@ export class Redlock extends EventTarget {
         // `late()`, which keeps the acquire's place there.)
         const { votesFor, votesAgainst } = ballot.stats;
         const taken = this.#members.filter((m) =>
-          ticket === ""
-            ? !(votesAgainst.get(m.index) instanceof LockConflictError)
-            : votesFor.includes(m.index) ||
-              (votesAgainst.has(m.index) &&
-                !(votesAgainst.get(m.index) instanceof LockConflictError))
+          !(votesAgainst.get(m.index) instanceof LockConflictError) &&
+          (ticket === "" || votesFor.includes(m.index) || votesAgainst.has(m.index))
         );
         const { retryCount } = settings;
         if (retryCount !== -1 && attempt > retryCount) {
@@ -1114,7 +1108,7 @@ export class Redlock extends EventTarget {
     } finally {
       leave(this.#members);
       if (listening !== undefined) {
-        // A lock is handed out at once; release() and dispose wait for the rest.
+        // A lock is handed out at once; dispose waits for the rest.
         const done = listening.done();
         if (!granted) await done;
       }
