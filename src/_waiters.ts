@@ -171,7 +171,8 @@ export class Waiters {
    * connections opened: then it is likely still contended.
    */
   isHot(resource: string): boolean {
-    return this.#hot.has(resource);
+    // (The size first: hashing a fresh key string costs more than the rest of the check.)
+    return this.#hot.size !== 0 && this.#hot.has(resource);
   }
 
   /** Notes that an acquire queued for `resource`. */

@@ -114,7 +114,9 @@ return {1, 0}`,
  * reservation lasts, and "" to release and leave the queues, "1" to release
  * keys that hold the value but stay in the queues (and keep reservations),
  * "2" only to leave the queues (keys that hold the value stay).
- * Frees every key that holds the value or is reserved for it. When the key's queue has a waiter, the key
+ * Frees every key that holds the value or is reserved for it (a value that
+ * holds a key, or had it reserved, is no longer in its queue: the acquire
+ * script or the release that handed it the key took it out). When the key's queue has a waiter, the key
  * goes to the first: handed to it (set to its value for the lease its value
  * ends with, see `Redlock`) or, when that is 0, reserved for it (set to "?"
  * and its value for the given ms, so that only it can take the key); its
@@ -125,15 +127,15 @@ return {1, 0}`,
 export const RELEASE: LuaScript = script(
   "release",
   `local n = #KEYS / 2
-local value = ARGV[1]
+local value, mode = ARGV[1], ARGV[3]
 local count = 0
 for i = 1, n do
   local key, queue = KEYS[i], KEYS[n + i]
-  if ARGV[3] ~= "1" then redis.call("ZREM", queue, value) end
   local holder = redis.call("GET", key)
-  if (holder == value and ARGV[3] ~= "2") or (holder == "?" .. value and ARGV[3] ~= "1") then
+  if (holder == value and mode ~= "2") or (holder == "?" .. value and mode ~= "1") then
     if holder == value then count = count + 1 end
     local head = redis.call("ZPOPMIN", queue)[1]
+    if head == value then head = redis.call("ZPOPMIN", queue)[1] end
     if head then
       local lease = tonumber(string.match(head, ":(%d+)$")) or 0
       if lease > 0 then
@@ -146,6 +148,8 @@ for i = 1, n do
       redis.call("DEL", key)
       redis.call("PUBLISH", "redlock:release:" .. key, "")
     end
+  elseif mode ~= "1" then
+    redis.call("ZREM", queue, value)
   end
 end
 return count`,
