@@ -18,7 +18,7 @@ export interface Tally<T> {
   readonly errors: ReadonlyMap<number, Error>;
 }
 
-export interface RoundOptions<T> {
+export interface RoundOptions<T, R = Tally<T>> {
   /** ms each request may take before it counts as a {@linkcode RequestTimeoutError}. */
   readonly timeout: number;
   /** The monotonic instant the round starts, when the caller has just read the clock. */
@@ -28,6 +28,19 @@ export interface RoundOptions<T> {
   readonly done: (tally: Tally<T>) => boolean;
   /** Called for every failure of a request, also after the round settled. */
   readonly onError: (error: Error, member: Member) => void;
+  /**
+   * Turns a reply into the answer tallied; what it throws counts as the
+   * request's failure. Without it the reply is the answer. (Judging here,
+   * not in a `then` of each request, saves a promise per request.)
+   */
+  readonly judge?: (reply: unknown, member: Member) => T;
+  /** Turns a failure into the error reported and tallied; without it, as it is. */
+  readonly failure?: (error: Error, member: Member) => Error;
+  /**
+   * What the round resolves to, made from the tally as it settles; without
+   * it, the tally. (Saves the caller a `then`.)
+   */
+  readonly settle?: (tally: Tally<T>) => R;
 }
 
 const toError = (error: unknown): Error =>
@@ -121,30 +134,34 @@ function unwatch(entry: Pending): void {
  * requests start together, so one deadline bounds them all (kept by the
  * shared sweeper above). A request still in flight when the round settles is
  * left to its client, and a later failure of it still reaches `onError`. An
- * abort rejects at once with `signal.reason`.
+ * abort rejects at once with `signal.reason`. (Give `settle` whenever `R` is
+ * not the tally.)
  */
-export function round<T>(
+export function round<T, R = Tally<T>>(
   members: readonly Member[],
-  send: (member: Member) => Promise<T>,
-  options: RoundOptions<T>,
-): Promise<Tally<T>> {
+  send: (member: Member) => Promise<unknown>,
+  options: RoundOptions<T, R>,
+): Promise<R> {
   const { signal } = options;
   if (signal?.aborted) return Promise.reject(signal.reason);
-  if (members.length === 0) return Promise.resolve({ answers: new Map(), errors: new Map() });
+  if (members.length === 0) {
+    const tally: Tally<T> = { answers: new Map(), errors: new Map() };
+    return Promise.resolve(options.settle ? options.settle(tally) : tally as R);
+  }
   return new Round(members, send, options).promise;
 }
 
 /** One round in flight: its tally, its place in the sweeper's list, its promise. */
-class Round<T> implements Pending, Tally<T> {
+class Round<T, R> implements Pending, Tally<T> {
   readonly answers = new Map<number, T>();
   readonly errors = new Map<number, Error>();
   readonly deadline: number;
   prev: Pending | undefined = undefined;
   next: Pending | undefined = undefined;
-  readonly promise: Promise<Tally<T>>;
+  readonly promise: Promise<R>;
   readonly #members: readonly Member[];
-  readonly #options: RoundOptions<T>;
-  #resolve!: (tally: Tally<T>) => void;
+  readonly #options: RoundOptions<T, R>;
+  #resolve!: (result: R) => void;
   #reject!: (reason: unknown) => void;
   #onAbort: (() => void) | undefined;
   #pending: number;
@@ -152,8 +169,8 @@ class Round<T> implements Pending, Tally<T> {
 
   constructor(
     members: readonly Member[],
-    send: (member: Member) => Promise<T>,
-    options: RoundOptions<T>,
+    send: (member: Member) => Promise<unknown>,
+    options: RoundOptions<T, R>,
   ) {
     this.#members = members;
     this.#options = options;
@@ -175,7 +192,7 @@ class Round<T> implements Pending, Tally<T> {
       signal.addEventListener("abort", this.#onAbort, { once: true });
     }
     for (const member of members) {
-      let request: Promise<T>;
+      let request: Promise<unknown>;
       try {
         request = send(member);
       } catch (error) {
@@ -198,16 +215,29 @@ class Round<T> implements Pending, Tally<T> {
       this.errors.set(member.index, error);
     }
     this.#finish();
-    this.#resolve(this);
+    this.#settle();
   }
 
-  #answer(member: Member, value: T): void {
+  #answer(member: Member, reply: unknown): void {
+    const { judge } = this.#options;
+    let value: T;
+    if (judge === undefined) value = reply as T;
+    else {
+      try {
+        value = judge(reply, member);
+      } catch (error) {
+        this.#fail(member, toError(error));
+        return;
+      }
+    }
     if (this.#settled) return;
     this.answers.set(member.index, value);
     this.#check();
   }
 
-  #fail(member: Member, error: Error): void {
+  #fail(member: Member, failed: Error): void {
+    const { failure } = this.#options;
+    const error = failure === undefined ? failed : failure(failed, member);
     this.#options.onError(error, member);
     if (this.#settled) return;
     this.errors.set(member.index, error);
@@ -217,7 +247,20 @@ class Round<T> implements Pending, Tally<T> {
   #check(): void {
     if (--this.#pending === 0 || this.#options.done(this)) {
       this.#finish();
-      this.#resolve(this);
+      this.#settle();
+    }
+  }
+
+  #settle(): void {
+    const { settle } = this.#options;
+    if (settle === undefined) {
+      this.#resolve(this as unknown as R);
+      return;
+    }
+    try {
+      this.#resolve(settle(this));
+    } catch (error) {
+      this.#reject(error);
     }
   }
 

@@ -1,8 +1,10 @@
 /** The monotonic clock every decision uses. */
 export const now = (): number => performance.now();
 
+const ORIGIN = performance.timeOrigin;
+
 /** Converts a monotonic instant to the `Date.now()` time base. */
-export const toEpoch = (monotonic: number): number => performance.timeOrigin + monotonic;
+export const toEpoch = (monotonic: number): number => ORIGIN + monotonic;
 
 /** The clock drift allowance for a lease of `duration` ms: `round(factor × duration) + 2`. */
 export function drift(duration: number, driftFactor: number): number {

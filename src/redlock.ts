@@ -196,6 +196,8 @@ type Settings = Required<Omit<RedlockOptions, "retryDelay">> & {
   retryDelay: number | ((attempt: number) => number);
 };
 
+const NO_OPTIONS = Object.freeze({});
+
 const DEFAULTS: Settings = {
   wait: "notify",
   driftFactor: 0.01,
@@ -207,7 +209,7 @@ const DEFAULTS: Settings = {
 };
 
 function checkSettings(options: unknown, base: Settings, name: string): Settings {
-  if (options === undefined) return base;
+  if (options === undefined || options === NO_OPTIONS) return base;
   if (typeof options !== "object" || options === null) {
     throw new TypeError(`${name} must be an object, got ${describeValue(options)}`);
   }
@@ -248,8 +250,6 @@ function checkSettings(options: unknown, base: Settings, name: string): Settings
   }
   return s;
 }
-
-const NO_OPTIONS = Object.freeze({});
 
 function checkCallOptions<T extends { signal?: AbortSignal; timeout?: number }>(
   options: T | undefined,
@@ -295,7 +295,23 @@ function toNumber(reply: unknown, server: number): number {
 }
 
 /** A release vote: for, once the reply is a count. */
-const released = (reply: unknown, server: number): Vote => (toNumber(reply, server), 0);
+const released = (reply: unknown, member: Member): Vote => (toNumber(reply, member.index), 0);
+
+/** An acquire or extend vote: a script's reply, or a vote `#setIfAbsent` already made. */
+const asVote = (reply: unknown, member: Member): Vote =>
+  typeof reply === "number" || reply instanceof LockConflictError
+    ? reply
+    : toVote(reply, member.index);
+
+/** A clearer error for a script sent to a cluster with keys in several hash slots. */
+function crossSlot(error: Error, keys: readonly string[]): Error {
+  if (!CROSSSLOT.test(error.message)) return error;
+  return new TypeError(
+    `resources ${show(keys)} are in different cluster hash slots; give them one ` +
+      `hash tag, e.g. "{game42}:board" and "{game42}:turn"`,
+    { cause: error },
+  );
+}
 
 const asIs = (reply: unknown): unknown => reply;
 
@@ -354,6 +370,8 @@ export class Redlock extends EventTarget {
   readonly #waiters: Waiters;
   /** A random id: the first part of the values of this Redlock's locks. */
   readonly #id: string = crypto.randomUUID();
+  /** `settings.requestTimeout` as a script argument. */
+  readonly #timeoutArg: string;
   /** How many acquires were made: the second part. */
   #acquires = 0;
   /** Whether a round of votes can settle: a quorum for, or a quorum impossible. */
@@ -406,6 +424,7 @@ export class Redlock extends EventTarget {
     );
     this.clients = Object.freeze([...clients]);
     this.settings = Object.freeze(checkSettings(options, DEFAULTS, "options"));
+    this.#timeoutArg = String(this.settings.requestTimeout);
     this.quorum = Math.floor(clients.length / 2) + 1;
     const n = clients.length;
     const q = this.quorum;
@@ -557,16 +576,21 @@ export class Redlock extends EventTarget {
       return Promise.reject(error);
     }
     const keys = lock.resources;
-    const send = this.#releaser(keys, lock.value, settings);
-    return this.#vote((m) => send(m).then((reply) => released(reply, m.index)), settings, undefined)
-      .then((ballot) => {
-        if (!ballot.ok) {
-          throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [
-            ballot.stats,
-          ]);
+    const start = now();
+    return round<Vote, ExecutionResult>(this.#members, this.#releaser(keys, lock.value, settings), {
+      timeout: settings.requestTimeout,
+      start,
+      onError: this.#onError,
+      done: this.#decided,
+      judge: released,
+      settle: (tally) => {
+        const { ok, stats } = this.#ballot(tally, start);
+        if (!ok) {
+          throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [stats]);
         }
-        return { attempts: [ballot.stats] };
-      });
+        return { attempts: [stats] };
+      },
+    });
   }
 
   /**
@@ -891,38 +915,110 @@ export class Redlock extends EventTarget {
     return { keys, settings, opts };
   }
 
-  async #acquire(
+  /**
+   * The first attempt, kept lean for the usual case: one round, and the lock
+   * when it succeeds. Anything else (a conflict, too few servers, a fencing
+   * token to confirm, a queue to join) goes on in `#acquireLoop`, which takes
+   * this round as its first attempt.
+   */
+  #acquire(
     keys: readonly string[],
     duration: number,
     settings: Settings,
     signal: AbortSignal | undefined,
     fencing: boolean,
   ): Promise<Lock> {
-    signal?.throwIfAborted();
+    if (signal?.aborted) return Promise.reject(signal.reason);
     // Unique: the Redlock's random id and a count. The id names the channel
     // that wakes the acquire when it queues; the lease, the one a release
     // hands the key to it for (0: only reserve it, as a fencing token needs
     // the acquire script).
     const value = `${this.#id}:${(++this.#acquires).toString(36)}:${fencing ? 0 : duration}`;
+    if (settings.wait === "notify" && keys.length === 1 && this.#waiters.isHot(keys[0]!)) {
+      // An acquire of this Redlock queued for the resource just now, so it
+      // is likely still contended: queue at once.
+      return this.#acquireLoop(keys, duration, settings, signal, fencing, value, undefined);
+    }
+    const start = now();
+    const send = this.#plain && !fencing && keys.length === 1
+      ? this.#setIfAbsent(keys[0]!, value, duration)
+      : this.#acquirer(keys, value, duration, fencing, "", settings);
+    return this.#vote(send, keys, settings, signal, start).then(
+      (ballot) => {
+        const until = validUntil(start, duration, settings.driftFactor);
+        if (!fencing && ballot.ok && until > ballot.end) {
+          return new Lock({
+            redlock: this,
+            resources: Object.freeze(keys),
+            value,
+            attempts: Object.freeze([ballot.stats]),
+            validUntil: until,
+            fencingToken: undefined,
+          });
+        }
+        return this.#acquireLoop(keys, duration, settings, signal, fencing, value, {
+          start,
+          ballot,
+        });
+      },
+      (error) => {
+        // Aborted mid-round: whatever lands on a server is released behind it.
+        this.#releaseQuietly(this.#releaser(keys, value, settings), this.#members);
+        throw error;
+      },
+    );
+  }
+
+  /**
+   * Sends ACQUIRE of `value` to one server; with a ticket, in the resource's
+   * wait queue (see the script).
+   */
+  #acquirer(
+    keys: readonly string[],
+    value: string,
+    duration: number,
+    fencing: boolean,
+    ticket: string,
+    settings: Settings,
+  ): (member: Member) => Promise<unknown> {
+    const counters = fencing ? keys.map(fenceKey) : [];
+    const scriptKeys = ticket === ""
+      ? [...keys, ...counters]
+      : [...keys, ...counters, queueKey(keys[0]!)];
+    const args = [
+      value,
+      String(duration),
+      fencing ? "1" : "",
+      ticket,
+      String(4 * settings.requestTimeout),
+    ];
+    return (m) => m.runner.evalScript(ACQUIRE, scriptKeys, args);
+  }
+
+  /**
+   * Every attempt after the first (given as `first`, or none yet when the
+   * acquire queues at once): retries, waiting in the queue or for a release,
+   * fencing, giving up.
+   */
+  async #acquireLoop(
+    keys: readonly string[],
+    duration: number,
+    settings: Settings,
+    signal: AbortSignal | undefined,
+    fencing: boolean,
+    value: string,
+    first: { readonly start: number; readonly ballot: Ballot } | undefined,
+  ): Promise<Lock> {
     const attempts: ExecutionStats[] = [];
     const counters = fencing ? keys.map(fenceKey) : [];
     const acquireScript = (ticket: string) => {
-      // A waiter on one resource waits in its queue (see RELEASE).
-      const scriptKeys = ticket === ""
-        ? [...keys, ...counters]
-        : [...keys, ...counters, queueKey(keys[0]!)];
-      const args = [
-        value,
-        String(duration),
-        fencing ? "1" : "",
-        ticket,
-        String(4 * settings.requestTimeout),
-      ];
-      if (ticket === "") return (m: Member) => this.#run(m, ACQUIRE, scriptKeys, args, toVote);
+      const sendScript = this.#acquirer(keys, value, duration, fencing, ticket, settings);
+      if (ticket === "") return sendScript;
       // A queued acquire deals with answers that come after their round settled.
       return (m: Member) => {
         const sentIn = current;
-        return this.#run(m, ACQUIRE, scriptKeys, args, toVote).then((vote) => {
+        return sendScript(m).then((reply) => {
+          const vote = toVote(reply, m.index);
           if (sentIn <= settled) late(m, typeof vote === "number");
           return vote;
         }, (error) => {
@@ -952,7 +1048,7 @@ export class Redlock extends EventTarget {
     // One resource without fencing: a plain SET NX, which costs the server a
     // fifth of the script, as long as the resource looks free. After a
     // conflict the script, which also tells the holder's TTL, saves the PTTL.
-    let send = this.#plain && !fencing && keys.length === 1
+    let send: (member: Member) => Promise<unknown> = this.#plain && !fencing && keys.length === 1
       ? this.#setIfAbsent(keys[0]!, value, duration)
       : script;
     /** The place in the wait queue, by wall clock (comparable across hosts); "" when not queued. */
@@ -988,24 +1084,28 @@ export class Redlock extends EventTarget {
     };
     const queueable = settings.wait === "notify" && keys.length === 1;
     try {
-      // An acquire of this Redlock queued for the resource just now, so it
-      // is likely still contended: queue at once.
-      if (queueable && this.#waiters.isHot(keys[0]!)) await join();
+      // Without a first attempt, the acquire queues at once (see `#acquire`).
+      if (first === undefined && queueable) await join();
       for (let attempt = 1;; attempt++) {
-        const start = now();
+        let start: number;
         let ballot: Ballot;
-        try {
-          current = attempt;
-          ballot = await this.#vote(send, settings, signal, start);
-          settled = attempt;
-        } catch (error) {
-          // Aborted mid-round: whatever lands on a server is released behind it.
-          this.#releaseQuietly(
-            this.#releaser(keys, value, settings),
-            this.#members,
-          );
-          left = true;
-          throw error;
+        if (attempt === 1 && first !== undefined) {
+          ({ start, ballot } = first);
+        } else {
+          start = now();
+          try {
+            current = attempt;
+            ballot = await this.#vote(send, keys, settings, signal, start);
+            settled = attempt;
+          } catch (error) {
+            // Aborted mid-round: whatever lands on a server is released behind it.
+            this.#releaseQuietly(
+              this.#releaser(keys, value, settings),
+              this.#members,
+            );
+            left = true;
+            throw error;
+          }
         }
         attempts.push(ballot.stats);
         if (ticket !== "") queuedAt ??= start;
@@ -1198,7 +1298,8 @@ export class Redlock extends EventTarget {
       }
       const start = now();
       const ballot = await this.#vote(
-        (m) => this.#run(m, EXTEND, lock.resources, args, toVote),
+        (m) => m.runner.evalScript(EXTEND, lock.resources, args),
+        lock.resources,
         settings,
         signal,
         start,
@@ -1256,20 +1357,27 @@ export class Redlock extends EventTarget {
       });
   }
 
-  /** One round of acquire, extend or release votes: success on a quorum of "for". */
+  /**
+   * One round of acquire or extend votes on `keys` (sent as scripts, or as
+   * votes already made): success on a quorum of "for".
+   */
   #vote(
-    send: (member: Member) => Promise<Vote>,
+    send: (member: Member) => Promise<unknown>,
+    keys: readonly string[],
     settings: Settings,
     signal: AbortSignal | undefined,
     start: number = now(),
   ): Promise<Ballot> {
-    return round<Vote>(this.#members, send, {
+    return round<Vote, Ballot>(this.#members, send, {
       timeout: settings.requestTimeout,
       start,
       signal,
       onError: this.#onError,
       done: this.#decided,
-    }).then((tally) => this.#ballot(tally, start));
+      judge: asVote,
+      failure: (error) => crossSlot(error, keys),
+      settle: (tally) => this.#ballot(tally, start),
+    });
   }
 
   #ballot(tally: Tally<Vote>, start: number): Ballot {
@@ -1363,14 +1471,7 @@ export class Redlock extends EventTarget {
     return member.runner.evalScript(script, keys, args).then(
       (reply) => judge(reply, member.index),
       (error) => {
-        if (error instanceof Error && CROSSSLOT.test(error.message)) {
-          throw new TypeError(
-            `resources ${show(keys)} are in different cluster hash slots; give them one ` +
-              `hash tag, e.g. "{game42}:board" and "{game42}:turn"`,
-            { cause: error },
-          );
-        }
-        throw error;
+        throw error instanceof Error ? crossSlot(error, keys) : error;
       },
     );
   }
@@ -1386,9 +1487,12 @@ export class Redlock extends EventTarget {
     settings: Settings,
     mode: "" | "1" | "2" = "",
   ): (member: Member) => Promise<unknown> {
-    const scriptKeys = [...keys, ...keys.map(queueKey)];
-    const args = [value, String(settings.requestTimeout), mode];
-    return (m) => this.#run(m, RELEASE, scriptKeys, args, asIs);
+    const scriptKeys = keys.length === 1
+      ? [keys[0]!, queueKey(keys[0]!)]
+      : [...keys, ...keys.map(queueKey)];
+    const timeout = settings === this.settings ? this.#timeoutArg : String(settings.requestTimeout);
+    const args = mode === "" ? [value, timeout] : [value, timeout, mode];
+    return (m) => m.runner.evalScript(RELEASE, scriptKeys, args);
   }
 
   /** Runs `send` on `members` without waiting; failures become error events. */
