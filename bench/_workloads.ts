@@ -131,28 +131,76 @@ async function cycle(
   return { ops, elapsed: now() - start };
 }
 
-/** W1 (1 loop, 1 resource), W2 (64 loops), W4 (1 loop, 5 resources): acquire/release per second. */
-export async function throughput(
-  impl: Impl,
+/** ms of one slice of an interleaved throughput cell. */
+export const SLICE_MS = 50;
+
+/**
+ * W1, W2, W4 for several implementations at once: all are opened and warmed
+ * up, then each measures `plan.measureMs` in slices of {@linkcode SLICE_MS},
+ * taking turns (the order rotated every turn, from `rep` on). A machine
+ * whose speed drifts (a noisy neighbour, a frequency change) then slows
+ * every implementation alike, which a cell of one implementation after
+ * another does not. (No GC is forced between slices: a forced full GC every
+ * few slices makes V8 drop the compiled code of functions that did not run
+ * in the last ones, and recompiling it would be measured.) Returns the
+ * outcomes in the order of `impls`.
+ */
+export async function interleaved(
+  impls: readonly Impl[],
   ports: readonly number[],
   plan: Plan,
   shape: { loops: number; width: number },
-): Promise<Outcome> {
-  const instance = await impl.open(ports, FRESH);
-  const guard = new Guard();
-  const errors = new Errors();
-  try {
-    await cycle(instance, { ...shape, ms: plan.warmMs, name: `${impl.id}:warm` }, guard, errors);
-    collect();
-    const { ops, elapsed } = await cycle(
-      instance,
-      { ...shape, ms: plan.measureMs, name: impl.id },
-      guard,
-      errors,
+  rep: number,
+): Promise<Outcome[]> {
+  const opened: (Instance | Error)[] = [];
+  for (const impl of impls) {
+    opened.push(
+      await impl.open(ports, FRESH).catch((error) =>
+        error instanceof Error ? error : new Error(String(error))
+      ),
     );
-    return outcome({ opsPerSec: (ops / elapsed) * 1000 }, errors, [instance], guard);
+  }
+  const n = impls.length;
+  const guards = impls.map(() => new Guard());
+  const errors = impls.map(() => new Errors());
+  const ops = impls.map(() => 0);
+  const elapsed = impls.map(() => 0);
+  try {
+    for (const [i, instance] of opened.entries()) {
+      if (instance instanceof Error) errors[i]!.add(instance);
+      else {
+        const name = `${impls[i]!.id}:warm`;
+        await cycle(instance, { ...shape, ms: plan.warmMs, name }, guards[i]!, errors[i]!);
+      }
+    }
+    collect();
+    const turns = Math.max(1, Math.round(plan.measureMs / SLICE_MS));
+    for (let turn = 0; turn < turns; turn++) {
+      for (let k = 0; k < n; k++) {
+        const i = (k + turn + rep) % n;
+        const instance = opened[i]!;
+        if (instance instanceof Error || errors[i]!.count > 0) continue;
+        const slice = await cycle(
+          instance,
+          { ...shape, ms: SLICE_MS, name: impls[i]!.id },
+          guards[i]!,
+          errors[i]!,
+        );
+        ops[i]! += slice.ops;
+        elapsed[i]! += slice.elapsed;
+      }
+    }
+    return impls.map((_, i) => {
+      const instance = opened[i]!;
+      return outcome(
+        errors[i]!.count > 0 ? {} : { opsPerSec: (ops[i]! / elapsed[i]!) * 1000 },
+        errors[i]!,
+        instance instanceof Error ? [] : [instance],
+        guards[i]!,
+      );
+    });
   } finally {
-    await instance.close();
+    for (const instance of opened) if (!(instance instanceof Error)) await instance.close();
   }
 }
 

@@ -6,7 +6,9 @@
  * one process, on Redis servers it starts itself (1 and 3, loopback, no
  * persistence) and stops at the end. Every repetition runs every
  * implementation once, in an order rotated from one repetition to the next,
- * each after a warm-up; tables show medians and ratios, the JSON file has
+ * each after a warm-up; in W1, W2 and W4 they take turns in 50 ms slices
+ * within the repetition (see `interleaved()`), so that a machine whose speed
+ * drifts slows them alike. Tables show medians and ratios, the JSON file has
  * every repetition (default docs/bench.json), and the SVG chart (default
  * docs/bench.svg) shows the ratios to the floor.
  *
@@ -40,11 +42,11 @@ import {
 import {
   contention,
   extension,
+  interleaved,
   memory,
   type Outcome,
   type Plan,
   probeNotify,
-  throughput,
   type Workload,
 } from "./_workloads.ts";
 
@@ -148,14 +150,19 @@ const roles: Roles = {
   floorFor: (impl) => byId(`floor-${impl.client}`),
 };
 
+/** The loops and resources per lock of the throughput workloads (run interleaved). */
+const SHAPES: Partial<Record<Workload, { loops: number; width: number }>> = {
+  W1: { loops: 1, width: 1 },
+  W2: { loops: 64, width: 1 },
+  W4: { loops: 1, width: 5 },
+};
+
 function run(cell: Cell, impl: Impl, ports: readonly number[], notify: boolean): Promise<Outcome> {
   switch (cell.workload) {
     case "W1":
-      return throughput(impl, ports, { ...plan, reps }, { loops: 1, width: 1 });
     case "W2":
-      return throughput(impl, ports, { ...plan, reps }, { loops: 64, width: 1 });
     case "W4":
-      return throughput(impl, ports, { ...plan, reps }, { loops: 1, width: 5 });
+      throw new Error(`${cell.workload} runs interleaved`);
     case "W3":
       return contention(impl, ports, plan, {
         workers: 16,
@@ -229,11 +236,45 @@ try {
     );
   }
 
+  const failed = (error: unknown): Outcome => ({
+    metrics: {},
+    errors: 1,
+    violations: 0,
+    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+  });
   for (const cell of CELLS) {
     const impls = cellImpls(cell);
     const cellReps = cell.workload === "W6" ? 1 : reps;
+    const shape = SHAPES[cell.workload];
     for (let rep = 0; rep < cellReps && !stopping; rep++) {
       const order = impls.map((_, i) => impls[(i + rep) % impls.length]!);
+      if (shape !== undefined) {
+        // All implementations of the cell at once, in interleaved slices.
+        const runnable = order.filter((impl) => {
+          const why = whyNot(cell, impl);
+          if (why) results.skip(cell, impl, why);
+          return !why;
+        });
+        const outcomes = await interleaved(runnable, ports(cell.servers), plan, shape, rep)
+          .catch((error) => runnable.map(() => failed(error)));
+        for (const [position, impl] of runnable.entries()) {
+          const outcome = outcomes[position]!;
+          results.add({
+            ...outcome,
+            workload: cell.workload,
+            servers: cell.servers,
+            impl: impl.id,
+            rep,
+            position,
+          });
+          console.error(
+            `${cell.workload}·${cell.servers} rep ${rep + 1}/${cellReps}  ${
+              impl.label.padEnd(32)
+            } ${headline(cell, outcome)}`,
+          );
+        }
+        continue;
+      }
       for (const [position, impl] of order.entries()) {
         const why = whyNot(cell, impl);
         if (why) {
@@ -242,12 +283,7 @@ try {
         }
         (globalThis as { gc?: () => void }).gc?.();
         const outcome = await run(cell, impl, ports(cell.servers), NOTIFY_IMPLS.includes(impl))
-          .catch((error): Outcome => ({
-            metrics: {},
-            errors: 1,
-            violations: 0,
-            error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-          }));
+          .catch(failed);
         results.add({
           ...outcome,
           workload: cell.workload,

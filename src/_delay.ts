@@ -43,3 +43,12 @@ export function deadline(
     : AbortSignal.any([signal, controller.signal]);
   return { signal: combined, dispose: () => clearTimeout(timer) };
 }
+
+/** Bounds a promise by `ms`; resolves to undefined on time-out. Clears its timer. */
+export function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    promise,
+    new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms))),
+  ]).finally(() => clearTimeout(timer));
+}

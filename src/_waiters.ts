@@ -6,6 +6,7 @@ import {
   wakeChannel,
 } from "./subscriber.ts";
 import { now } from "./_time.ts";
+import { within } from "./_delay.ts";
 
 interface Channel {
   /** Acquires that hold an interest in the channel. */
@@ -40,15 +41,6 @@ function newChannel(servers: number): Channel {
     handed: Array.from({ length: servers }, () => false),
     ready: Promise.resolve(),
   };
-}
-
-/** Bounds a promise by `ms`; resolves to undefined on time-out. Clears its timer. */
-function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return Promise.race([
-    promise,
-    new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms))),
-  ]).finally(() => clearTimeout(timer));
 }
 
 /**

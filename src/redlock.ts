@@ -27,7 +27,7 @@ import {
 } from "./scripts.ts";
 import { duplicateSubscriber, type SubscriberFactory } from "./subscriber.ts";
 import { type Listening, Waiters } from "./_waiters.ts";
-import { deadline, delay } from "./_delay.ts";
+import { deadline, delay, within } from "./_delay.ts";
 import { type Member, round, type Tally } from "./_quorum.ts";
 import { hashSlot } from "./_slot.ts";
 import { drift, now, validUntil } from "./_time.ts";
@@ -971,7 +971,7 @@ export class Redlock extends EventTarget {
 
   /**
    * Sends ACQUIRE of `value` to one server; with a ticket, in the resource's
-   * wait queue (see the script).
+   * wait queue, and with "*" as a watcher of every resource (see the script).
    */
   #acquirer(
     keys: readonly string[],
@@ -984,6 +984,8 @@ export class Redlock extends EventTarget {
     const counters = fencing ? keys.map(fenceKey) : [];
     const scriptKeys = ticket === ""
       ? [...keys, ...counters]
+      : ticket === "*"
+      ? [...keys, ...counters, ...keys.map(queueKey)]
       : [...keys, ...counters, queueKey(keys[0]!)];
     const args = [
       value,
@@ -1013,7 +1015,7 @@ export class Redlock extends EventTarget {
     const counters = fencing ? keys.map(fenceKey) : [];
     const acquireScript = (ticket: string) => {
       const sendScript = this.#acquirer(keys, value, duration, fencing, ticket, settings);
-      if (ticket === "") return sendScript;
+      if (ticket === "" || ticket === "*") return sendScript;
       // A queued acquire deals with answers that come after their round settled.
       return (m: Member) => {
         const sentIn = current;
@@ -1040,8 +1042,8 @@ export class Redlock extends EventTarget {
       if (granted) {
         if (taken !== true) this.#releaseQuietly(this.#releaser(keys, value, settings, "2"), [m]);
       } else if (taken !== false) {
-        this.#releaseQuietly(this.#releaser(keys, value, settings, "1"), [m]);
-        releasedTo.add(m.index);
+        const [sent] = this.#releaseQuietly(this.#releaser(keys, value, settings, "1"), [m]);
+        releasedTo.set(m.index, sent!);
       }
     };
     let script = acquireScript("");
@@ -1057,8 +1059,11 @@ export class Redlock extends EventTarget {
     let left = true;
     let listening: Listening | undefined;
     let granted = false;
-    /** Servers this acquire sent a release to: what they handed it may be gone. */
-    const releasedTo = new Set<number>();
+    /**
+     * Servers this acquire sent a release to, and whether it answered: what
+     * they handed it may be gone (see `join()`).
+     */
+    const releasedTo = new Map<number, Promise<boolean>>();
     /** When the first attempt in the queue started: no server queued the value before. */
     let queuedAt: number | undefined;
     /** Drops the queue entries; `keep` keeps keys the value holds. */
@@ -1074,7 +1079,20 @@ export class Redlock extends EventTarget {
      * confirmed the subscription.
      */
     const join = async (): Promise<boolean> => {
-      listening = await this.#waiters.listen(keys, settings.requestTimeout, value);
+      // A release sent before the acquire queues, once answered, ran before
+      // its place in the queues, so it cannot take back a key a server hands
+      // it later: such servers count again. (Awaited while subscribing; one
+      // that has not answered may still land late, e.g. as an EVAL sent
+      // after NOSCRIPT.)
+      const sent = [...releasedTo];
+      const [subscription, answered] = await Promise.all([
+        this.#waiters.listen(keys, settings.requestTimeout, value),
+        Promise.all(sent.map(([, reply]) => within(reply, settings.requestTimeout))),
+      ]);
+      sent.forEach(([server, reply], i) => {
+        if (answered[i] === true && releasedTo.get(server) === reply) releasedTo.delete(server);
+      });
+      listening = subscription;
       if (!listening.subscribed) return false;
       this.#waiters.queued(keys[0]!);
       ticket = String(Date.now());
@@ -1159,11 +1177,11 @@ export class Redlock extends EventTarget {
             ? new ResourceLockedError(`${message}: held by another lock`, attempts)
             : new ExecutionError(message, attempts);
         }
-        this.#releaseQuietly(
+        const sent = this.#releaseQuietly(
           this.#releaser(keys, value, settings, ticket === "" ? "" : "1"),
           taken,
         );
-        for (const m of taken) releasedTo.add(m.index);
+        taken.forEach((m, i) => releasedTo.set(m.index, sent[i]!));
         if (ballot.conflicts > 0) send = script;
         if (settings.wait === "notify" && ballot.conflicts > 0) {
           const fallback = Number.isFinite(ballot.heldFor)
@@ -1196,7 +1214,15 @@ export class Redlock extends EventTarget {
               continue;
             }
           } else {
-            listening ??= await this.#waiters.listen(keys, settings.requestTimeout);
+            if (listening === undefined) {
+              listening = await this.#waiters.listen(keys, settings.requestTimeout);
+              if (listening.subscribed) {
+                // Retry at once as a watcher: a conflict then leaves the marker
+                // that makes the holder's release publish (see RELEASE).
+                send = script = acquireScript("*");
+                continue;
+              }
+            }
             if (listening.subscribed) {
               await listening.wait(start, fallback, signal);
               continue;
@@ -1231,7 +1257,7 @@ export class Redlock extends EventTarget {
       value: string;
       settings: Settings;
       attempts: ExecutionStats[];
-      releasedTo: ReadonlySet<number>;
+      releasedTo: ReadonlyMap<number, unknown>;
     },
   ): Lock | undefined {
     const votesFor = listening.heard().filter((server) => !call.releasedTo.has(server));
@@ -1495,13 +1521,20 @@ export class Redlock extends EventTarget {
     return (m) => m.runner.evalScript(RELEASE, scriptKeys, args);
   }
 
-  /** Runs `send` on `members` without waiting; failures become error events. */
-  #releaseQuietly(send: (member: Member) => Promise<unknown>, members: readonly Member[]): void {
-    for (const member of members) {
-      send(member).catch((error) =>
-        this.#emit(error instanceof Error ? error : new Error(String(error)), member)
-      );
-    }
+  /**
+   * Runs `send` on `members` without waiting; failures become error events.
+   * Returns, per member, whether its request answered.
+   */
+  #releaseQuietly(
+    send: (member: Member) => Promise<unknown>,
+    members: readonly Member[],
+  ): Promise<boolean>[] {
+    return members.map((member) =>
+      send(member).then(() => true, (error) => {
+        this.#emit(error instanceof Error ? error : new Error(String(error)), member);
+        return false;
+      })
+    );
   }
 
   #emit(error: Error, member: Member): void {

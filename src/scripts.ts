@@ -23,35 +23,44 @@ function script(name: string, source: string): LuaScript {
 
 /**
  * KEYS: the n resources, then (when ARGV[3] is "1") their n fencing
- * counters, then (when ARGV[4] is not "") the one resource's wait queue.
- * ARGV: value, duration ms, "1" for a fencing token, the waiter's ticket or
- * "", ms the queue must outlive the holder.
+ * counters, then the wait queue of the one resource (when ARGV[4] is a
+ * ticket) or of each resource (when it is "*").
+ * ARGV: value, duration ms, "1" for a fencing token, the waiter's ticket,
+ * "*" for a watcher or "" for neither, ms the queue must outlive the holder.
  * A key counts as free when it is missing, reserved for this value or
- * handed to it (see RELEASE). Returns `{1, token}` when every key was free and is now set
- * (token 0 without fencing), else `{0, pttl}` of the first key found held;
- * then nothing is written but, with a ticket, the value's entry in the wait
- * queue (ordered by ticket, then value), which is kept alive beyond the
- * holder's TTL. With fencing, every counter is incremented and all are set
- * to the largest, which is the token.
+ * handed to it (see RELEASE). Returns `{1, token}` when every key was free
+ * and is now set (token 0 without fencing), else `{0, pttl}` of the first
+ * key found held; then nothing is written but, with a ticket, the value's
+ * entry in the wait queue (ordered by ticket, then value) or, for a
+ * watcher, the marker "*" (ordered last) in the held key's queue, which
+ * tells its release to publish; either is kept alive beyond the holder's
+ * TTL. With fencing, every counter is incremented and all are set to the
+ * largest, which is the token.
  */
 export const ACQUIRE: LuaScript = script(
   "acquire",
-  `local value = ARGV[1]
-local n = #KEYS
-local queue
-if ARGV[4] ~= "" then
-  queue = KEYS[n]
-  n = n - 1
-end
+  `local value, ticket = ARGV[1], ARGV[4]
 local fenced = ARGV[3] == "1"
-if fenced then n = n / 2 end
+local n = #KEYS
+if ticket == "*" then
+  n = fenced and n / 3 or n / 2
+elseif ticket ~= "" then
+  n = fenced and (n - 1) / 2 or n - 1
+elseif fenced then
+  n = n / 2
+end
 if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
   for i = 1, n do
     local holder = redis.call("GET", KEYS[i])
     if holder and holder ~= value and holder ~= "?" .. value then
       local ttl = redis.call("PTTL", KEYS[i])
-      if queue then
-        redis.call("ZADD", queue, "NX", ARGV[4], value)
+      if ticket ~= "" then
+        local queue = ticket == "*" and KEYS[#KEYS - n + i] or KEYS[#KEYS]
+        if ticket == "*" then
+          redis.call("ZADD", queue, "NX", "+inf", "*")
+        else
+          redis.call("ZADD", queue, "NX", ticket, value)
+        end
         local life = math.max(ttl, 0) + tonumber(ARGV[5])
         if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
       end
@@ -62,7 +71,7 @@ end
 for i = 1, n do
   redis.call("SET", KEYS[i], value, "PX", ARGV[2])
 end
-if queue then redis.call("ZREM", queue, value) end
+if ticket ~= "" and ticket ~= "*" then redis.call("ZREM", KEYS[#KEYS], value) end
 if not fenced then return {1, 0} end
 local token = 0
 for i = n + 1, 2 * n do
@@ -111,24 +120,39 @@ return {1, 0}`,
 
 /**
  * KEYS: the n resources, then their n wait queues. ARGV: value, ms a
- * reservation lasts, and "" to release and leave the queues, "1" to release
- * keys that hold the value but stay in the queues (and keep reservations),
- * "2" only to leave the queues (keys that hold the value stay).
+ * reservation lasts, and "" (or none) to release and leave the queues, "1"
+ * to release keys that hold the value but stay in the queues (and keep
+ * reservations), "2" only to leave the queues (keys that hold the value
+ * stay).
  * Frees every key that holds the value or is reserved for it (a value that
  * holds a key, or had it reserved, is no longer in its queue: the acquire
- * script or the release that handed it the key took it out). When the key's queue has a waiter, the key
- * goes to the first: handed to it (set to its value for the lease its value
- * ends with, see `Redlock`) or, when that is 0, reserved for it (set to "?"
- * and its value for the given ms, so that only it can take the key); its
- * value is then published on its Redlock's channel (see `wakeChannel()`).
- * Else the key is deleted and "" published on the resource's release
- * channel (see `releaseChannel()`). Returns how many keys held the value.
+ * script or the release that handed it the key took it out). When none of
+ * the queues exists, that is all: nobody waits. Else, when the key's queue
+ * has a waiter, the key goes to the first: handed to it (set to its value
+ * for the lease its value ends with, see `Redlock`) or, when that is 0,
+ * reserved for it (set to "?" and its value for the given ms, so that only
+ * it can take the key); its value is then published on its Redlock's
+ * channel (see `wakeChannel()`). When only a watcher's marker "*" is left
+ * there, the key is deleted, the marker taken and "" published on the
+ * resource's release channel (see `releaseChannel()`); with an empty queue
+ * the key is just deleted. Returns how many keys held the value.
  */
 export const RELEASE: LuaScript = script(
   "release",
   `local n = #KEYS / 2
-local value, mode = ARGV[1], ARGV[3]
+local value, mode = ARGV[1], ARGV[3] or ""
 local count = 0
+if redis.call("EXISTS", unpack(KEYS, n + 1, 2 * n)) == 0 then
+  if mode == "2" then return 0 end
+  for i = 1, n do
+    local holder = redis.call("GET", KEYS[i])
+    if holder == value or (holder == "?" .. value and mode ~= "1") then
+      if holder == value then count = count + 1 end
+      redis.call("DEL", KEYS[i])
+    end
+  end
+  return count
+end
 for i = 1, n do
   local key, queue = KEYS[i], KEYS[n + i]
   local holder = redis.call("GET", key)
@@ -136,7 +160,10 @@ for i = 1, n do
     if holder == value then count = count + 1 end
     local head = redis.call("ZPOPMIN", queue)[1]
     if head == value then head = redis.call("ZPOPMIN", queue)[1] end
-    if head then
+    if head == "*" then
+      redis.call("DEL", key)
+      redis.call("PUBLISH", "redlock:release:" .. key, "")
+    elseif head then
       local lease = tonumber(string.match(head, ":(%d+)$")) or 0
       if lease > 0 then
         redis.call("SET", key, head, "PX", lease)
@@ -146,7 +173,6 @@ for i = 1, n do
       redis.call("PUBLISH", "redlock:wake:" .. string.match(head, "^[^:]*"), head)
     else
       redis.call("DEL", key)
-      redis.call("PUBLISH", "redlock:release:" .. key, "")
     end
   elseif mode ~= "1" then
     redis.call("ZREM", queue, value)

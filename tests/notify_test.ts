@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { Redlock } from "../mod.ts";
 import { LINGER_MS } from "../src/_waiters.ts";
-import { get, integer, type RedisServer, setup, sleep } from "./_redis.ts";
+import { get, integer, onEveryServer, type RedisServer, setup, sleep } from "./_redis.ts";
 
 const KINDS = ["ioredis", "node-redis"] as const;
 
@@ -46,6 +46,40 @@ for (const kind of KINDS) {
     assert.ok(lock.attempts.length <= 4, `${lock.attempts.length} attempts`);
     await lock.release();
   });
+
+  Deno.test(
+    `[${kind}] a waiting acquire of several resources wakes on the release of the one held`,
+    async () => {
+      await using env = await setup(kind, 3);
+      await using holder = new Redlock(env.clients);
+      await using waiter = new Redlock(env.clients, { retryDelay: 5_000, retryJitter: 0 });
+      const held = await holder.acquire("{room}:b", 10_000);
+      const waiting = waiter.acquire(["{room}:a", "{room}:b"], 5_000, { timeout: 8_000 });
+      await sleep(300);
+      // the waiter left its marker in the held key's queue, and none in the free one's
+      for (const server of env.servers.servers) {
+        const marker = await server.command("ZRANGE", "{room}:b:waiters", "0", "-1");
+        assert.match(marker, /\r\n\*\r\n/, "marker in the queue of the held key");
+        assert.equal(await integer(server, "EXISTS", "{room}:a:waiters"), 0);
+      }
+      const releasedAt = performance.now();
+      await held.release();
+      const lock = await waiting;
+      const woke = performance.now() - releasedAt;
+      assert.ok(woke < 500, `took ${woke} ms after the release (TTL was ~9.7 s)`);
+      // the release took the marker; the next one finds no queue and only deletes
+      for (const server of env.servers.servers) {
+        assert.equal(await settle(() => integer(server, "EXISTS", "{room}:b:waiters"), 0), 0);
+      }
+      // (a quorum: where the release's script was not loaded yet, its EVAL
+      // fallback may come after the woken attempt)
+      const holding = await Promise.all(env.servers.servers.map((s) => get(s, "{room}:b")));
+      assert.ok(holding.filter((v) => v === lock.value).length >= 2, `${holding}`);
+      await lock.release();
+      await onEveryServer(env.servers, "{room}:a", null);
+      await onEveryServer(env.servers, "{room}:b", null);
+    },
+  );
 
   Deno.test(
     `[${kind}] waiting acquires share one subscriber connection per server and close it after`,
