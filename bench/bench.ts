@@ -258,20 +258,7 @@ try {
         const outcomes = await interleaved(runnable, ports(cell.servers), plan, shape, rep)
           .catch((error) => runnable.map(() => failed(error)));
         for (const [position, impl] of runnable.entries()) {
-          const outcome = outcomes[position]!;
-          results.add({
-            ...outcome,
-            workload: cell.workload,
-            servers: cell.servers,
-            impl: impl.id,
-            rep,
-            position,
-          });
-          console.error(
-            `${cell.workload}·${cell.servers} rep ${rep + 1}/${cellReps}  ${
-              impl.label.padEnd(32)
-            } ${headline(cell, outcome)}`,
-          );
+          record(cell, impl, outcomes[position]!, { rep, position, of: cellReps });
         }
         continue;
       }
@@ -284,25 +271,36 @@ try {
         (globalThis as { gc?: () => void }).gc?.();
         const outcome = await run(cell, impl, ports(cell.servers), NOTIFY_IMPLS.includes(impl))
           .catch(failed);
-        results.add({
-          ...outcome,
-          workload: cell.workload,
-          servers: cell.servers,
-          impl: impl.id,
-          rep,
-          position,
-        });
-        console.error(
-          `${cell.workload}·${cell.servers} rep ${rep + 1}/${cellReps}  ${impl.label.padEnd(32)} ${
-            headline(cell, outcome)
-          }`,
-        );
+        record(cell, impl, outcome, { rep, position, of: cellReps });
       }
     }
   }
 } finally {
   Deno.removeSignalListener("SIGINT", onSignal);
   Deno.removeSignalListener("SIGTERM", onSignal);
+}
+
+/** Keeps one outcome and prints its line. */
+function record(
+  cell: Cell,
+  impl: Impl,
+  outcome: Outcome,
+  at: { rep: number; position: number; of: number },
+): void {
+  const { rep, position } = at;
+  results.add({
+    ...outcome,
+    workload: cell.workload,
+    servers: cell.servers,
+    impl: impl.id,
+    rep,
+    position,
+  });
+  console.error(
+    `${cell.workload}·${cell.servers} rep ${rep + 1}/${at.of}  ${impl.label.padEnd(32)} ${
+      headline(cell, outcome)
+    }`,
+  );
 }
 
 function cellImpls(cell: Cell): Impl[] {
