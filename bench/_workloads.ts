@@ -96,6 +96,8 @@ async function cycle(
     name: string;
     /** Gets the ms of every acquire call that succeeded. */
     latencies?: number[];
+    /** ms a loop sleeps before each acquire (0: none). */
+    idleMs?: number;
   },
   guard: Guard,
   errors: Errors,
@@ -114,6 +116,7 @@ async function cycle(
         const key = `${base}:${loop}:${i}`;
         const keys = width === 1 ? [key] : Array.from({ length: width }, (_, j) => `${key}:${j}`);
         try {
+          if (options.idleMs) await sleep(options.idleMs);
           const asked = now();
           const held = await instance.acquire(keys, LEASE);
           options.latencies?.push(now() - asked);
@@ -416,12 +419,14 @@ export function handoff(
 /**
  * Uncontended acquire latency: one loop of acquire + release on fresh keys
  * (one resource each) for `plan.measureMs` after a `plan.warmMs` warm-up;
- * percentiles of the acquire call alone.
+ * percentiles of the acquire call alone. With `plan.idleMs`, the loop sleeps
+ * that long before each acquire of the measurement, as the processes of a
+ * handoff cell with that hold do between handoffs.
  */
 export async function acquireLatency(
   impl: Impl,
   ports: readonly number[],
-  plan: { readonly warmMs: number; readonly measureMs: number },
+  plan: { readonly warmMs: number; readonly measureMs: number; readonly idleMs?: number },
 ): Promise<Outcome> {
   const instance = await impl.open(ports, FRESH);
   const guard = new Guard();
@@ -433,7 +438,13 @@ export async function acquireLatency(
     const latencies: number[] = [];
     const { ops } = await cycle(
       instance,
-      { ...shape, ms: plan.measureMs, name: `${impl.id}:latency`, latencies },
+      {
+        ...shape,
+        ms: plan.measureMs,
+        name: `${impl.id}:latency`,
+        latencies,
+        idleMs: plan.idleMs ?? 0,
+      },
       guard,
       errors,
     );
