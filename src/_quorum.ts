@@ -106,12 +106,16 @@ function sweep(): void {
   if (failure !== undefined) throw failure;
 }
 
-function watch(entry: Pending, t: number): void {
+/**
+ * Adds `entry` to the list; with `slack`, a sweeper due up to that many ms
+ * after the entry's deadline will do.
+ */
+function watch(entry: Pending, t: number, slack = 0): void {
   entry.prev = last;
   if (last === undefined) first = entry;
   else last.next = entry;
   last = entry;
-  if (entry.deadline < sweeperAt) arm(Math.min(entry.deadline, t + IDLE_MS), t);
+  if (entry.deadline + slack < sweeperAt) arm(Math.min(entry.deadline, t + IDLE_MS), t);
 }
 
 function unwatch(entry: Pending): void {
@@ -126,6 +130,44 @@ function unwatch(entry: Pending): void {
   // finds nothing and stops, and rounds that start before then need no timer
   // of their own. (Making and clearing a timer per round cost more than a
   // round's own work: a loop of acquire and release ran 15 % slower.)
+}
+
+/**
+ * A callback due at a monotonic instant, kept by the shared sweeper above
+ * instead of a timer of its own: setting, moving and cancelling it costs no
+ * timer while the sweeper runs anyway (while rounds are in flight), and
+ * nothing is left behind for longer than {@linkcode IDLE_MS}. It fires once
+ * per `at()`, to the ms like a timer (up to `slack` ms later when given).
+ */
+export class Alarm implements Pending {
+  deadline = Infinity;
+  prev: Pending | undefined = undefined;
+  next: Pending | undefined = undefined;
+  readonly #fire: () => void;
+
+  constructor(fire: () => void) {
+    this.#fire = fire;
+  }
+
+  /**
+   * (Re)sets the alarm to `deadline`, or up to `slack` ms later if that
+   * saves re-arming the sweeper.
+   */
+  at(deadline: number, slack = 0, t: number = now()): void {
+    unwatch(this);
+    this.deadline = deadline;
+    watch(this, t, slack);
+  }
+
+  /** Unsets the alarm. */
+  cancel(): void {
+    unwatch(this);
+  }
+
+  expire(): void {
+    unwatch(this);
+    this.#fire();
+  }
 }
 
 /**

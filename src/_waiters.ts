@@ -1,4 +1,4 @@
-import type { Member } from "./_quorum.ts";
+import { Alarm, type Member } from "./_quorum.ts";
 import {
   releaseChannel,
   type ReleaseSubscriber,
@@ -37,8 +37,8 @@ function newChannel(servers: number): Channel {
     wakers: new Set(),
     subscribedAt: Infinity,
     confirmed: 0,
-    releasedAt: Array.from({ length: servers }, () => -Infinity),
-    handed: Array.from({ length: servers }, () => false),
+    releasedAt: new Array<number>(servers).fill(-Infinity),
+    handed: new Array<boolean>(servers).fill(false),
     ready: Promise.resolve(),
   };
 }
@@ -71,6 +71,8 @@ export class Waiters {
   readonly #tidying = new Set<Promise<void>>();
   /** Closes the connections once nobody waited for {@linkcode LINGER_MS}. */
   #linger: ReturnType<typeof setTimeout> | undefined;
+  /** When the last wait ended (monotonic); Infinity since a wait started. */
+  #idleSince = Infinity;
   /** Resources acquires queued for since the connections opened. */
   readonly #hot = new Set<string>();
 
@@ -93,17 +95,16 @@ export class Waiters {
    * `ms`. A release counts once a quorum of the servers that confirmed the
    * subscription announced it (the others release at about the same time,
    * and a retry before they have is bound to fail), or {@linkcode
-   * STRAGGLER_MS} after the first did. `wait` returns at once when that
-   * happened (or the subscription started) after `since`, the start of the
-   * attempt that failed.
+   * STRAGGLER_MS} (up to twice that) after the first did. `wait` returns at
+   * once when that happened (or the subscription started) after `since`, the
+   * start of the attempt that failed.
    */
   async listen(
     keys: readonly string[],
     timeout: number,
     value?: string,
   ): Promise<Listening> {
-    clearTimeout(this.#linger);
-    this.#linger = undefined;
+    this.#idleSince = Infinity;
     await this.#closing;
     const names = value === undefined ? keys.map(releaseChannel) : [this.#wake];
     // Channels kept from earlier waits that nobody needs now.
@@ -282,10 +283,8 @@ export class Waiters {
     const initial = released();
     if (initial === 2) return Promise.resolve();
     return new Promise((resolve, reject) => {
-      let straggler: ReturnType<typeof setTimeout> | undefined;
       const finish = () => {
-        clearTimeout(timer);
-        clearTimeout(straggler);
+        alarm.cancel();
         signal?.removeEventListener("abort", onAbort);
         for (const channel of channels) channel.wakers.delete(check);
       };
@@ -293,19 +292,27 @@ export class Waiters {
         finish();
         resolve();
       };
+      // One alarm (no timer of its own, see `Alarm`) for the fallback, moved
+      // closer once a server announced a release; a straggler may wake it
+      // up to STRAGGLER_MS late.
+      const alarm = new Alarm(wake);
+      const straggle = (t: number) => {
+        if (alarm.deadline > t + STRAGGLER_MS) alarm.at(t + STRAGGLER_MS, STRAGGLER_MS, t);
+      };
       const check = () => {
         const state = released();
         if (state === 2) wake();
-        else if (state === 1) straggler ??= setTimeout(wake, STRAGGLER_MS);
+        else if (state === 1) straggle(now());
       };
       const onAbort = () => {
         finish();
         reject(signal!.reason);
       };
-      const timer = setTimeout(wake, ms);
+      const t = now();
+      alarm.at(t + ms, 0, t);
       signal?.addEventListener("abort", onAbort, { once: true });
       for (const channel of channels) channel.wakers.add(check);
-      if (initial === 1) straggler = setTimeout(wake, STRAGGLER_MS);
+      if (initial === 1) straggle(t);
     });
   }
 
@@ -323,14 +330,26 @@ export class Waiters {
       return true;
     });
     if (!waiting) {
-      clearTimeout(this.#linger);
-      this.#linger = setTimeout(() => {
-        this.#linger = undefined;
-        this.close();
-      }, LINGER_MS);
+      this.#idleSince = now();
+      this.#linger ??= setTimeout(this.#lingered, LINGER_MS);
     }
     return this.#unsubscribe(idle);
   }
+
+  /**
+   * The linger timer: closes the connections once nobody waited for
+   * {@linkcode LINGER_MS}, else sets itself again for what is left of that.
+   * (One timer outlives many waits: making one per wait cost more than the
+   * rest of the wait's bookkeeping.)
+   */
+  readonly #lingered = (): void => {
+    this.#linger = undefined;
+    if (this.#idleSince === Infinity) return; // a wait is on; its end sets the timer again
+    for (const channel of this.#channels.values()) if (channel.holders > 0) return;
+    const left = this.#idleSince + LINGER_MS - now();
+    if (left >= 1) this.#linger = setTimeout(this.#lingered, left);
+    else this.close();
+  };
 
   #unsubscribe(names: string[]): Promise<void> {
     const subscribers = this.#subscribers;

@@ -9,7 +9,6 @@ import {
   ExecutionError,
   type ExecutionResult,
   type ExecutionStats,
-  LockConflictError,
   LockLostError,
   ResourceLockedError,
 } from "./errors.ts";
@@ -29,6 +28,7 @@ import { duplicateSubscriber, type SubscriberFactory } from "./subscriber.ts";
 import { type Listening, Waiters } from "./_waiters.ts";
 import { deadline, delay, within } from "./_delay.ts";
 import { type Member, round, type Tally } from "./_quorum.ts";
+import { Conflict, VotesAgainst } from "./_votes.ts";
 import { hashSlot } from "./_slot.ts";
 import { drift, now, validUntil } from "./_time.ts";
 import {
@@ -280,11 +280,11 @@ function checkLock(lock: unknown, name = "lock"): Lock {
  * A server's answer to acquire or extend: for (with the server's fencing
  * token, 0 without fencing), or a conflict.
  */
-type Vote = number | LockConflictError;
+type Vote = number | Conflict;
 
 function toVote(reply: unknown, server: number): Vote {
   if (Array.isArray(reply) && typeof reply[0] === "number" && typeof reply[1] === "number") {
-    return reply[0] === 1 ? reply[1] : new LockConflictError(server, reply[1]);
+    return reply[0] === 1 ? reply[1] : new Conflict(server, reply[1]);
   }
   throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
 }
@@ -299,9 +299,7 @@ const released = (reply: unknown, member: Member): Vote => (toNumber(reply, memb
 
 /** An acquire or extend vote: a script's reply, or a vote `#setIfAbsent` already made. */
 const asVote = (reply: unknown, member: Member): Vote =>
-  typeof reply === "number" || reply instanceof LockConflictError
-    ? reply
-    : toVote(reply, member.index);
+  typeof reply === "number" || reply instanceof Conflict ? reply : toVote(reply, member.index);
 
 /** A clearer error for a script sent to a cluster with keys in several hash slots. */
 function crossSlot(error: Error, keys: readonly string[]): Error {
@@ -327,6 +325,8 @@ interface Checked<T> {
 /** The outcome of one round of acquire, extend or release votes. */
 interface Ballot {
   readonly stats: ExecutionStats;
+  /** The stats' `votesAgainst`, for questions that need no errors made. */
+  readonly against: VotesAgainst;
   readonly ok: boolean;
   /** Servers that answered with a conflict. */
   readonly conflicts: number;
@@ -1133,7 +1133,7 @@ export class Redlock extends EventTarget {
           if (token !== undefined && (!fencing || until > now())) {
             // The servers that took the lock dropped the queue entry; tell the others.
             if (!left) {
-              const against = ballot.stats.votesAgainst;
+              const { against } = ballot;
               leave(this.#members.filter((m) => against.has(m.index)), true);
             }
             granted = true;
@@ -1151,10 +1151,10 @@ export class Redlock extends EventTarget {
         // one connection run in order, so the release lands after the acquire.
         // (In the queue, a server that has not answered yet is dealt with by
         // `late()`, which keeps the acquire's place there.)
-        const { votesFor, votesAgainst } = ballot.stats;
+        const { stats: { votesFor }, against } = ballot;
         const taken = this.#members.filter((m) =>
-          !(votesAgainst.get(m.index) instanceof LockConflictError) &&
-          (ticket === "" || votesFor.includes(m.index) || votesAgainst.has(m.index))
+          !against.isConflict(m.index) &&
+          (ticket === "" || votesFor.includes(m.index) || against.has(m.index))
         );
         const { retryCount } = settings;
         if (retryCount !== -1 && attempt > retryCount) {
@@ -1377,9 +1377,7 @@ export class Redlock extends EventTarget {
         if (set !== false) {
           throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
         }
-        return m.runner.pttl!(key).then((ttl) =>
-          new LockConflictError(m.index, toNumber(ttl, m.index))
-        );
+        return m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
       });
   }
 
@@ -1409,7 +1407,7 @@ export class Redlock extends EventTarget {
   #ballot(tally: Tally<Vote>, start: number): Ballot {
     const end = now();
     const votesFor: number[] = [];
-    const votesAgainst = new Map<number, Error>();
+    const conflicts: Conflict[] = [];
     let token = 0;
     let heldFor = Infinity;
     for (const [server, vote] of tally.answers) {
@@ -1417,21 +1415,28 @@ export class Redlock extends EventTarget {
         votesFor.push(server);
         if (vote > token) token = vote;
       } else {
-        votesAgainst.set(server, vote);
+        conflicts.push(vote);
         if (vote.ttl > 0 && vote.ttl < heldFor) heldFor = vote.ttl;
       }
     }
-    const conflicts = votesAgainst.size;
-    for (const [server, error] of tally.errors) votesAgainst.set(server, error);
+    const against = new VotesAgainst(conflicts, tally.errors);
     const q = this.quorum;
     const stats: ExecutionStats = {
       membershipSize: this.#members.length,
       quorumSize: q,
       votesFor,
-      votesAgainst,
+      votesAgainst: against,
       elapsed: end - start,
     };
-    return { stats, ok: votesFor.length >= q, conflicts, token, heldFor, end };
+    return {
+      stats,
+      against,
+      ok: votesFor.length >= q,
+      conflicts: conflicts.length,
+      token,
+      heldFor,
+      end,
+    };
   }
 
   /**

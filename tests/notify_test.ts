@@ -27,6 +27,14 @@ async function connections(server: RedisServer): Promise<number> {
   return list.split("\n").filter((line) => line.startsWith("id=")).length;
 }
 
+/** The ids of the server's client connections, but for the one that asks. */
+async function clientIds(server: RedisServer): Promise<string[]> {
+  const list = await server.command("CLIENT", "LIST");
+  return list.split("\n").flatMap((line) =>
+    line.includes(" cmd=client|list ") ? [] : line.match(/^id=(\d+) /)?.[1] ?? []
+  );
+}
+
 for (const kind of KINDS) {
   Deno.test(`[${kind}] a waiting acquire wakes on the holder's release, not its TTL`, async () => {
     await using env = await setup(kind, 3);
@@ -168,6 +176,37 @@ for (const kind of KINDS) {
     assert.equal(await integer(server, "PUBSUB", "NUMPAT"), 0);
     await held.release();
   });
+
+  Deno.test(
+    `[${kind}] the subscriber connection outlives a wait by LINGER_MS, serves the next, then closes`,
+    async () => {
+      await using env = await setup(kind, 1);
+      const server = env.servers.servers[0]!;
+      const before = await clientIds(server);
+      await using holder = new Redlock(env.clients);
+      await using waiter = new Redlock(env.clients, { retryCount: -1 });
+      const wait = async (resource: string) => {
+        const held = await holder.acquire(resource, 10_000);
+        const waiting = waiter.acquire(resource, 1_000);
+        await sleep(50);
+        await held.release();
+        await (await waiting).release();
+      };
+      await wait("linger:a");
+      const opened = (await clientIds(server)).filter((id) => !before.includes(id));
+      assert.equal(opened.length, 1, `connections opened by the wait: ${opened}`);
+      // the next wait starts within LINGER_MS and ends after it: the same connection serves it
+      await wait("linger:b");
+      const kept = (await clientIds(server)).filter((id) => !before.includes(id));
+      assert.deepEqual(kept, opened);
+      const closed = await settle(
+        async () => (await clientIds(server)).length,
+        before.length,
+        2_000,
+      );
+      assert.equal(closed, before.length, "the subscriber connection was not closed");
+    },
+  );
 
   Deno.test(`[${kind}] a subscriber factory that returns null makes acquire poll`, async () => {
     await using env = await setup(kind, 1);

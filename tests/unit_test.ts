@@ -4,8 +4,9 @@ import { hashSlot } from "../src/_slot.ts";
 import { drift, validUntil } from "../src/_time.ts";
 import { deadline, delay } from "../src/_delay.ts";
 import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/scripts.ts";
-import { IDLE_MS, type Member, round } from "../src/_quorum.ts";
-import { Redlock, RequestTimeoutError, type ScriptClient } from "../mod.ts";
+import { Alarm, IDLE_MS, type Member, round } from "../src/_quorum.ts";
+import { Conflict, VotesAgainst } from "../src/_votes.ts";
+import { LockConflictError, Redlock, RequestTimeoutError, type ScriptClient } from "../mod.ts";
 
 async function subtleSha1(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-1", new TextEncoder().encode(text));
@@ -141,6 +142,71 @@ Deno.test("round() times out each round at its own deadline and leaves no timer 
   } finally {
     timers.restore();
   }
+});
+
+Deno.test("Alarm fires once at its deadline, moves, cancels, and shares the one sweeper", async () => {
+  const timers = watchTimers();
+  try {
+    const fired: string[] = [];
+    const start = performance.now();
+    let firedAt = 0;
+    const early = new Alarm(() => {
+      fired.push("early");
+      firedAt = performance.now() - start;
+    });
+    const cancelled = new Alarm(() => fired.push("cancelled"));
+    const moved = new Alarm(() => fired.push("moved"));
+    early.at(start + 30);
+    cancelled.at(start + 20);
+    moved.at(start + 5_000);
+    cancelled.cancel();
+    moved.at(start + 60);
+    // a deadline with slack rides on the sweeper already due: no timer of its own
+    const made = timers.made();
+    const slack = new Alarm(() => fired.push("slack"));
+    slack.at(performance.now() + 1, IDLE_MS);
+    assert.equal(timers.made(), made, "an alarm with slack made a timer");
+    await sleep(150);
+    assert.deepEqual(fired, ["slack", "early", "moved"]);
+    assert.ok(firedAt >= 29 && firedAt < 1_000, `the 30 ms alarm fired after ${firedAt} ms`);
+    assert.ok(timers.made() <= 8, `4 alarms made ${timers.made()} timers`);
+    await sleep(IDLE_MS + 20);
+    assert.equal(timers.live(), 0, "a timer still pending after the alarms");
+  } finally {
+    timers.restore();
+  }
+});
+
+Deno.test("VotesAgainst lists conflicts as LockConflictErrors, then failures, made once", () => {
+  const timeout = new RequestTimeoutError(2, 100);
+  const votes = new VotesAgainst(
+    [new Conflict(3, 40), new Conflict(0, -1)],
+    new Map([[2, timeout]]),
+  );
+  assert.equal(votes.size, 3);
+  assert.ok(votes.has(0) && votes.has(2) && !votes.has(1));
+  assert.ok(votes.isConflict(3) && !votes.isConflict(2));
+  assert.deepEqual([...votes.keys()], [3, 0, 2]);
+  const conflict = votes.get(3);
+  assert.ok(conflict instanceof LockConflictError);
+  assert.equal(conflict.server, 3);
+  assert.equal(conflict.ttl, 40);
+  assert.match(conflict.message, /server 3 holds the resource for another value for 40 ms more/);
+  assert.equal(votes.get(3), conflict, "made once");
+  assert.equal(votes.get(2), timeout);
+  assert.equal(votes.get(1), undefined);
+  const seen: [number, string][] = [];
+  votes.forEach((error, server, map) => {
+    assert.equal(map, votes);
+    seen.push([server, error.name]);
+  });
+  assert.deepEqual(seen, [[3, "LockConflictError"], [0, "LockConflictError"], [
+    2,
+    "RequestTimeoutError",
+  ]]);
+  assert.deepEqual([...votes].map(([server]) => server), [3, 0, 2]);
+  assert.equal(Object.prototype.toString.call(votes), "[object Map]");
+  assert.match(Deno.inspect(votes), /^Map\(3\) \{\s*3 => LockConflictError/);
 });
 
 Deno.test("acquire() sends SET NX only for one resource without fencing when every client can", async () => {

@@ -1,0 +1,98 @@
+import { LockConflictError } from "./errors.ts";
+
+/**
+ * A server's vote against because another value holds a key: what a
+ * {@linkcode LockConflictError} tells, without being one yet.
+ */
+export class Conflict {
+  constructor(readonly server: number, readonly ttl: number) {}
+}
+
+/**
+ * The `votesAgainst` of an attempt: conflicts (in the order they arrived),
+ * then failures. A conflict becomes its {@linkcode LockConflictError} only
+ * when the map is read: making an Error costs several µs, more than the
+ * rest of a vote's handling, and most attempts' stats are never read (a
+ * queued acquire's first attempt always meets a conflict per server).
+ * Printed with `console.log` (Deno or Node), it shows as the Map it stands for.
+ */
+export class VotesAgainst implements ReadonlyMap<number, Error> {
+  readonly #conflicts: readonly Conflict[];
+  readonly #failures: ReadonlyMap<number, Error>;
+  #map: Map<number, Error> | undefined;
+
+  constructor(conflicts: readonly Conflict[], failures: ReadonlyMap<number, Error>) {
+    this.#conflicts = conflicts;
+    this.#failures = failures;
+  }
+
+  /** Whether `server` voted against with a conflict (not a failure). */
+  isConflict(server: number): boolean {
+    return this.#conflicts.some((c) => c.server === server);
+  }
+
+  get size(): number {
+    return this.#conflicts.length + this.#failures.size;
+  }
+
+  has(server: number): boolean {
+    return this.isConflict(server) || this.#failures.has(server);
+  }
+
+  get(server: number): Error | undefined {
+    return this.#all().get(server);
+  }
+
+  forEach(
+    callback: (value: Error, key: number, map: ReadonlyMap<number, Error>) => void,
+    thisArg?: unknown,
+  ): void {
+    for (const [key, value] of this.#all()) callback.call(thisArg, value, key, this);
+  }
+
+  entries(): MapIterator<[number, Error]> {
+    return this.#all().entries();
+  }
+
+  keys(): MapIterator<number> {
+    return this.#all().keys();
+  }
+
+  values(): MapIterator<Error> {
+    return this.#all().values();
+  }
+
+  [Symbol.iterator](): MapIterator<[number, Error]> {
+    return this.#all()[Symbol.iterator]();
+  }
+
+  get [Symbol.toStringTag](): string {
+    return "Map";
+  }
+
+  [Symbol.for("Deno.customInspect")](
+    inspect: (value: unknown, options: unknown) => string,
+    options: unknown,
+  ): string {
+    return inspect(this.#all(), options);
+  }
+
+  [Symbol.for("nodejs.util.inspect.custom")](
+    _depth: number,
+    options: unknown,
+    inspect: (value: unknown, options: unknown) => string,
+  ): string {
+    return inspect(this.#all(), options);
+  }
+
+  #all(): Map<number, Error> {
+    if (this.#map === undefined) {
+      this.#map = new Map();
+      for (const { server, ttl } of this.#conflicts) {
+        this.#map.set(server, new LockConflictError(server, ttl));
+      }
+      for (const [server, error] of this.#failures) this.#map.set(server, error);
+    }
+    return this.#map;
+  }
+}
