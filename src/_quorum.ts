@@ -47,13 +47,20 @@ const toError = (error: unknown): Error =>
   error instanceof Error ? error : new Error(String(error), { cause: error });
 
 /**
- * A round waiting for answers, as the deadline sweeper sees it: a link of
- * the list of rounds in flight.
+ * A round waiting for answers (or an {@linkcode Alarm}), as the deadline
+ * sweeper sees it: a link of the list of entries in flight.
  */
 interface Pending {
-  /** The monotonic instant its requests time out. */
+  /** The monotonic instant its requests time out (or it is due). */
   readonly deadline: number;
-  /** Times out what has not answered and settles the round. */
+  /**
+   * True for rounds, which mostly settle long before their deadline: while
+   * one is in the list the sweeper checks back within {@linkcode IDLE_MS}
+   * instead of sleeping until the deadline, so that once the last one has
+   * settled the timer is gone within IDLE_MS without being cleared.
+   */
+  readonly brief: boolean;
+  /** Times out what has not answered and settles the round (or fires the alarm). */
   expire(): void;
   prev: Pending | undefined;
   next: Pending | undefined;
@@ -63,40 +70,56 @@ interface Pending {
 export const IDLE_MS = 10;
 
 /**
- * The rounds in flight in this process, and the one timer (the sweeper) that
- * bounds them all. The sweeper fires at the earliest deadline, or within
- * {@linkcode IDLE_MS} if that is sooner; each time it expires the rounds
- * that are due, and re-arms itself only while rounds are in flight. A round
- * that settles leaves the list; the timer is left to run out, so it outlives
- * the last round by at most IDLE_MS. Rounds in flight together, or one after
- * another, thus share one timer (a Deno timer costs ~4 µs to make and clear,
- * more than a round's own work) and deadlines are kept to the ms.
+ * The rounds (and alarms) in flight in this process, and the one timer (the
+ * sweeper) that bounds them all. The sweeper fires at the earliest deadline,
+ * or within {@linkcode IDLE_MS} if that is sooner while a round is in the
+ * list; each time it expires the entries that are due, and re-arms itself
+ * only while entries are in flight. A round that settles leaves the list;
+ * the timer is left to run out, so it outlives the last round by at most
+ * IDLE_MS. Rounds in flight together, or one after another, thus share one
+ * timer (a Deno timer costs ~4 µs to make and clear, more than a round's own
+ * work) and deadlines are kept to the ms. With only alarms in the list the
+ * sweeper sleeps until the earliest one (no ticks during a long wait), and
+ * is cleared when the last one leaves early.
  */
 let first: Pending | undefined;
 let last: Pending | undefined;
 let sweeper: ReturnType<typeof setTimeout> | undefined;
 let sweeperAt = Infinity;
+/** Whether the sweeper is set more than IDLE_MS ahead (for alarms only). */
+let sweeperFar = false;
 
 function arm(at: number, t: number): void {
   if (sweeper !== undefined) clearTimeout(sweeper);
   sweeperAt = at;
-  sweeper = setTimeout(sweep, Math.max(0, at - t));
+  sweeperFar = at - t > IDLE_MS;
+  // Rounded up: a timer may truncate its delay, and firing early costs a second one.
+  sweeper = setTimeout(sweep, Math.max(0, Math.ceil(at - t)));
 }
+
+/** When the sweeper must look at `entry` next. */
+const dueAt = (entry: Pending, t: number): number =>
+  entry.brief ? Math.min(entry.deadline, t + IDLE_MS) : entry.deadline;
+
+const listed = (entry: Pending): boolean => entry.prev !== undefined || first === entry;
 
 function sweep(): void {
   sweeper = undefined;
   sweeperAt = Infinity;
+  sweeperFar = false;
   const t = now();
   const due: Pending[] = [];
   let next = Infinity;
   for (let entry = first; entry !== undefined; entry = entry.next) {
     // Timers have ms granularity: a deadline under 1 ms away is due.
     if (entry.deadline - t < 1) due.push(entry);
-    else if (entry.deadline < next) next = entry.deadline;
+    else next = Math.min(next, dueAt(entry, t));
   }
-  if (next !== Infinity) arm(Math.min(next, t + IDLE_MS), t);
+  if (next !== Infinity) arm(next, t);
   let failure: unknown;
   for (const entry of due) {
+    // One that an earlier one's expiry took out of the list (or set again) is not due.
+    if (!listed(entry) || entry.deadline - t >= 1) continue;
     try {
       entry.expire();
     } catch (error) {
@@ -115,32 +138,41 @@ function watch(entry: Pending, t: number, slack = 0): void {
   if (last === undefined) first = entry;
   else last.next = entry;
   last = entry;
-  if (entry.deadline + slack < sweeperAt) arm(Math.min(entry.deadline, t + IDLE_MS), t);
+  if (entry.deadline + slack < sweeperAt) arm(dueAt(entry, t), t);
 }
 
 function unwatch(entry: Pending): void {
-  if (entry.prev === undefined && first !== entry) return; // not in the list
+  if (!listed(entry)) return;
   const { prev, next } = entry;
   if (prev === undefined) first = next;
   else prev.next = next;
   if (next === undefined) last = prev;
   else next.prev = prev;
   entry.prev = entry.next = undefined;
-  // With no round left the sweeper is not cleared: it fires within IDLE_MS,
-  // finds nothing and stops, and rounds that start before then need no timer
-  // of their own. (Making and clearing a timer per round cost more than a
+  if (first === undefined && sweeperFar) {
+    // The last alarm left early: its far-off timer would outlive it.
+    clearTimeout(sweeper);
+    sweeper = undefined;
+    sweeperAt = Infinity;
+    sweeperFar = false;
+  }
+  // With no round left a sweeper due within IDLE_MS is not cleared: it
+  // fires, finds nothing and stops, and rounds that start before then need
+  // no timer of their own. (Making and clearing a timer per round cost more than a
   // round's own work: a loop of acquire and release ran 15 % slower.)
 }
 
 /**
  * A callback due at a monotonic instant, kept by the shared sweeper above
  * instead of a timer of its own: setting, moving and cancelling it costs no
- * timer while the sweeper runs anyway (while rounds are in flight), and
- * nothing is left behind for longer than {@linkcode IDLE_MS}. It fires once
- * per `at()`, to the ms like a timer (up to `slack` ms later when given).
+ * timer while the sweeper runs anyway (while rounds are in flight), a long
+ * alarm costs one timer however long it is, and nothing is left behind for
+ * longer than {@linkcode IDLE_MS}. It fires once per `at()` (not after
+ * `cancel()`), to the ms like a timer (up to `slack` ms later when given).
  */
 export class Alarm implements Pending {
   deadline = Infinity;
+  readonly brief = false;
   prev: Pending | undefined = undefined;
   next: Pending | undefined = undefined;
   readonly #fire: () => void;
@@ -195,6 +227,7 @@ export function round<T, R = Tally<T>>(
 
 /** One round in flight: its tally, its place in the sweeper's list, its promise. */
 class Round<T, R> implements Pending, Tally<T> {
+  readonly brief = true;
   readonly answers = new Map<number, T>();
   readonly errors = new Map<number, Error>();
   readonly deadline: number;

@@ -26,8 +26,9 @@ interface Channel {
 }
 
 /**
- * ms a waiter, woken by the release message of one server, waits for the
- * messages of the others before it tries anyway.
+ * ms a waiter, woken by the release message of one server, waits at least
+ * for the messages of the others before it tries anyway (at most twice
+ * that: the deadline rides on the shared sweeper, see `Alarm`).
  */
 export const STRAGGLER_MS = 5;
 

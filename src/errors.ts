@@ -21,7 +21,8 @@ export interface ExecutionStats {
    * Servers that disagreed or failed, each with its reason: a
    * {@linkcode LockConflictError} when another value holds a key, a
    * {@linkcode RequestTimeoutError}, or the client's own error. Not
-   * necessarily a `Map`: it may make its conflict errors when first read.
+   * necessarily a `Map`: it may make its conflict errors when first read
+   * (so `structuredClone` or `postMessage` it as `new Map(votesAgainst)`).
    */
   readonly votesAgainst: ReadonlyMap<number, Error>;
   /** Milliseconds from the start of the attempt until it settled (monotonic clock). */

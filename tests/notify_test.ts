@@ -23,8 +23,7 @@ async function settle<T>(probe: () => Promise<T>, want: T, ms = 1_000): Promise<
 }
 
 async function connections(server: RedisServer): Promise<number> {
-  const list = await server.command("CLIENT", "LIST");
-  return list.split("\n").filter((line) => line.startsWith("id=")).length;
+  return (await clientIds(server)).length;
 }
 
 /** The ids of the server's client connections, but for the one that asks. */
@@ -185,18 +184,19 @@ for (const kind of KINDS) {
       const before = await clientIds(server);
       await using holder = new Redlock(env.clients);
       await using waiter = new Redlock(env.clients, { retryCount: -1 });
-      const wait = async (resource: string) => {
+      const wait = async (resource: string, ms: number) => {
         const held = await holder.acquire(resource, 10_000);
         const waiting = waiter.acquire(resource, 1_000);
-        await sleep(50);
+        await sleep(ms);
         await held.release();
         await (await waiting).release();
       };
-      await wait("linger:a");
+      await wait("linger:a", 50);
       const opened = (await clientIds(server)).filter((id) => !before.includes(id));
       assert.equal(opened.length, 1, `connections opened by the wait: ${opened}`);
-      // the next wait starts within LINGER_MS and ends after it: the same connection serves it
-      await wait("linger:b");
+      // the next wait starts within LINGER_MS and lasts longer than that: the same connection
+      // serves it, and is not closed under it
+      await wait("linger:b", LINGER_MS + 100);
       const kept = (await clientIds(server)).filter((id) => !before.includes(id));
       assert.deepEqual(kept, opened);
       const closed = await settle(
