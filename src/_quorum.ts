@@ -158,8 +158,8 @@ function unwatch(entry: Pending): void {
   }
   // With no round left a sweeper due within IDLE_MS is not cleared: it
   // fires, finds nothing and stops, and rounds that start before then need
-  // no timer of their own. (Making and clearing a timer per round cost more than a
-  // round's own work: a loop of acquire and release ran 15 % slower.)
+  // no timer of their own. (Making and clearing a timer per round cost more
+  // than a round's own work: a loop of acquire and release ran 15 % slower.)
 }
 
 /**

@@ -26,6 +26,11 @@ export class VotesAgainst implements ReadonlyMap<number, Error> {
     this.#failures = failures;
   }
 
+  /** How many servers voted against with a conflict. */
+  get conflicts(): number {
+    return this.#conflicts.length;
+  }
+
   /** Whether `server` voted against with a conflict (not a failure). */
   isConflict(server: number): boolean {
     return this.#conflicts.some((c) => c.server === server);

@@ -324,12 +324,9 @@ interface Checked<T> {
 
 /** The outcome of one round of acquire, extend or release votes. */
 interface Ballot {
-  readonly stats: ExecutionStats;
-  /** The stats' `votesAgainst`, for questions that need no errors made. */
-  readonly against: VotesAgainst;
+  /** (Its `votesAgainst` answers `isConflict()` and `conflicts` without making errors.) */
+  readonly stats: ExecutionStats & { readonly votesAgainst: VotesAgainst };
   readonly ok: boolean;
-  /** Servers that answered with a conflict. */
-  readonly conflicts: number;
   /** The largest fencing token among the votes for. */
   readonly token: number;
   /** The shortest positive TTL of a conflicting key, or Infinity. */
@@ -1133,7 +1130,7 @@ export class Redlock extends EventTarget {
           if (token !== undefined && (!fencing || until > now())) {
             // The servers that took the lock dropped the queue entry; tell the others.
             if (!left) {
-              const { against } = ballot;
+              const against = ballot.stats.votesAgainst;
               leave(this.#members.filter((m) => against.has(m.index)), true);
             }
             granted = true;
@@ -1151,10 +1148,11 @@ export class Redlock extends EventTarget {
         // one connection run in order, so the release lands after the acquire.
         // (In the queue, a server that has not answered yet is dealt with by
         // `late()`, which keeps the acquire's place there.)
-        const { stats: { votesFor }, against } = ballot;
+        const { votesFor, votesAgainst } = ballot.stats;
+        const { conflicts } = votesAgainst;
         const taken = this.#members.filter((m) =>
-          !against.isConflict(m.index) &&
-          (ticket === "" || votesFor.includes(m.index) || against.has(m.index))
+          !votesAgainst.isConflict(m.index) &&
+          (ticket === "" || votesFor.includes(m.index) || votesAgainst.has(m.index))
         );
         const { retryCount } = settings;
         if (retryCount !== -1 && attempt > retryCount) {
@@ -1170,8 +1168,8 @@ export class Redlock extends EventTarget {
           );
           left = true;
           // Another holder kept it unless server errors alone made a quorum impossible.
-          const errors = ballot.stats.votesAgainst.size - ballot.conflicts;
-          const held = ballot.conflicts > 0 && errors <= this.clients.length - this.quorum;
+          const errors = votesAgainst.size - conflicts;
+          const held = conflicts > 0 && errors <= this.clients.length - this.quorum;
           const message = `acquire of ${show(keys)} failed`;
           throw held
             ? new ResourceLockedError(`${message}: held by another lock`, attempts)
@@ -1182,8 +1180,8 @@ export class Redlock extends EventTarget {
           taken,
         );
         taken.forEach((m, i) => releasedTo.set(m.index, sent[i]!));
-        if (ballot.conflicts > 0) send = script;
-        if (settings.wait === "notify" && ballot.conflicts > 0) {
+        if (conflicts > 0) send = script;
+        if (settings.wait === "notify" && conflicts > 0) {
           const fallback = Number.isFinite(ballot.heldFor)
             ? ballot.heldFor + 1
             : this.#retryWait(settings, attempt);
@@ -1342,7 +1340,7 @@ export class Redlock extends EventTarget {
           fencingToken: lock.fencingToken,
         });
       }
-      if (ballot.conflicts > this.clients.length - this.quorum) {
+      if (ballot.stats.votesAgainst.conflicts > this.clients.length - this.quorum) {
         throw new LockLostError(`${what} failed: the lock is no longer ours`, attempts);
       }
       const { retryCount } = settings;
@@ -1419,24 +1417,15 @@ export class Redlock extends EventTarget {
         if (vote.ttl > 0 && vote.ttl < heldFor) heldFor = vote.ttl;
       }
     }
-    const against = new VotesAgainst(conflicts, tally.errors);
     const q = this.quorum;
-    const stats: ExecutionStats = {
+    const stats = {
       membershipSize: this.#members.length,
       quorumSize: q,
       votesFor,
-      votesAgainst: against,
+      votesAgainst: new VotesAgainst(conflicts, tally.errors),
       elapsed: end - start,
     };
-    return {
-      stats,
-      against,
-      ok: votesFor.length >= q,
-      conflicts: conflicts.length,
-      token,
-      heldFor,
-      end,
-    };
+    return { stats, ok: votesFor.length >= q, token, heldFor, end };
   }
 
   /**

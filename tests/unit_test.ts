@@ -231,6 +231,7 @@ Deno.test("VotesAgainst lists conflicts as LockConflictErrors, then failures, ma
   assert.equal(votes.size, 3);
   assert.ok(votes.has(0) && votes.has(2) && !votes.has(1));
   assert.ok(votes.isConflict(3) && !votes.isConflict(2));
+  assert.equal(votes.conflicts, 2);
   assert.deepEqual([...votes.keys()], [3, 0, 2]);
   const conflict = votes.get(3);
   assert.ok(conflict instanceof LockConflictError);
