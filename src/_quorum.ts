@@ -78,7 +78,9 @@ export const IDLE_MS = 10;
  * the timer is left to run out, so it outlives the last round by at most
  * IDLE_MS. Rounds in flight together, or one after another, thus share one
  * timer (a Deno timer costs ~4 µs to make and clear, more than a round's own
- * work) and deadlines are kept to the ms. With only alarms in the list the
+ * work; in a loop of acquire and release that waits for every answer,
+ * making one every IDLE_MS still cost ~1 µs per acquire + release, so it is
+ * set again with `refresh()` instead) and deadlines are kept to the ms. With only alarms in the list the
  * sweeper sleeps until the earliest one (no ticks during a long wait), and
  * is cleared when the last one leaves early.
  */
@@ -89,12 +91,35 @@ let sweeperAt = Infinity;
 /** Whether the sweeper is set more than IDLE_MS ahead (for alarms only). */
 let sweeperFar = false;
 
+/**
+ * The sweeper's timer for a check IDLE_MS ahead, kept to be set again by
+ * `refresh()` where timers have it (Node-style timers: Deno, Node, Bun),
+ * which costs less than making one: while rounds are in flight the sweeper
+ * is set this way every IDLE_MS.
+ */
+let tick: ReturnType<typeof setTimeout> | undefined;
+
 function arm(at: number, t: number): void {
-  if (sweeper !== undefined) clearTimeout(sweeper);
-  sweeperAt = at;
-  sweeperFar = at - t > IDLE_MS;
   // Rounded up: a timer may truncate its delay, and firing early costs a second one.
-  sweeper = setTimeout(sweep, Math.max(0, Math.ceil(at - t)));
+  const ms = Math.max(0, Math.ceil(at - t - 1e-6));
+  const reuse = ms === IDLE_MS && tick !== undefined;
+  if (sweeper !== undefined && !(reuse && sweeper === tick)) stop(sweeper);
+  sweeperAt = at;
+  sweeperFar = ms > IDLE_MS;
+  if (reuse) {
+    sweeper = (tick as { refresh(): unknown }).refresh() as typeof tick;
+  } else {
+    sweeper = setTimeout(sweep, ms);
+    if (ms === IDLE_MS && typeof (sweeper as { refresh?: unknown }).refresh === "function") {
+      tick = sweeper;
+    }
+  }
+}
+
+/** Clears a timer of the sweeper (a cleared one cannot be set again). */
+function stop(timer: ReturnType<typeof setTimeout>): void {
+  clearTimeout(timer);
+  if (timer === tick) tick = undefined;
 }
 
 /** When the sweeper must look at `entry` next. */
@@ -151,7 +176,7 @@ function unwatch(entry: Pending): void {
   entry.prev = entry.next = undefined;
   if (first === undefined && sweeperFar) {
     // The last alarm left early: its far-off timer would outlive it.
-    clearTimeout(sweeper);
+    stop(sweeper!);
     sweeper = undefined;
     sweeperAt = Infinity;
     sweeperFar = false;

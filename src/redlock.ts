@@ -984,13 +984,10 @@ export class Redlock extends EventTarget {
       : ticket === "*"
       ? [...keys, ...counters, ...keys.map(queueKey)]
       : [...keys, ...counters, queueKey(keys[0]!)];
-    const args = [
-      value,
-      String(duration),
-      fencing ? "1" : "",
-      ticket,
-      String(4 * settings.requestTimeout),
-    ];
+    // The usual case sends no more arguments than it reads.
+    const args = !fencing && ticket === ""
+      ? [value, String(duration)]
+      : [value, String(duration), fencing ? "1" : "", ticket, String(4 * settings.requestTimeout)];
     return (m) => m.runner.evalScript(ACQUIRE, scriptKeys, args);
   }
 

@@ -26,7 +26,8 @@ function script(name: string, source: string): LuaScript {
  * counters, then the wait queue of the one resource (when ARGV[4] is a
  * ticket) or of each resource (when it is "*").
  * ARGV: value, duration ms, "1" for a fencing token, the waiter's ticket,
- * "*" for a watcher or "" for neither, ms the queue must outlive the holder.
+ * "*" for a watcher or "" (or none) for neither, ms the queue must outlive
+ * the holder.
  * A key counts as free when it is missing, reserved for this value or
  * handed to it (see RELEASE). Returns `{1, token}` when every key was free
  * and is now set (token 0 without fencing), else `{0, pttl}` of the first
@@ -34,12 +35,21 @@ function script(name: string, source: string): LuaScript {
  * entry in the wait queue (ordered by ticket, then value) or, for a
  * watcher, the marker "*" (ordered last) in the held key's queue, which
  * tells its release to publish; either is kept alive beyond the holder's
- * TTL. With fencing, every counter is incremented and all are set to the
- * largest, which is the token.
+ * TTL, and the held key is marked (see below). With fencing, every counter
+ * is incremented and all are set to the largest, which is the token.
+ *
+ * The mark: a key whose queue may hold somebody ends with "!" (appended to
+ * the holder's value, or to a reservation), so that a release of an
+ * unmarked key deletes it without looking at the queue. A queued acquire
+ * that takes a key marks it when others still queue; a key taken back by
+ * the value that holds it keeps its mark. (A key that expired under its
+ * queue and was taken by an acquire that did not queue is not marked: its
+ * waiters then wake at their fallback time, and mark it when they find it
+ * held.)
  */
 export const ACQUIRE: LuaScript = script(
   "acquire",
-  `local value, ticket = ARGV[1], ARGV[4]
+  `local value, ticket = ARGV[1], ARGV[4] or ""
 local fenced = ARGV[3] == "1"
 local n = #KEYS
 if ticket == "*" then
@@ -49,29 +59,40 @@ elseif ticket ~= "" then
 elseif fenced then
   n = n / 2
 end
+local marked
 if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
+  marked = {}
   for i = 1, n do
     local holder = redis.call("GET", KEYS[i])
-    if holder and holder ~= value and holder ~= "?" .. value then
-      local ttl = redis.call("PTTL", KEYS[i])
-      if ticket ~= "" then
-        local queue = ticket == "*" and KEYS[#KEYS - n + i] or KEYS[#KEYS]
-        if ticket == "*" then
-          redis.call("ZADD", queue, "NX", "+inf", "*")
-        else
-          redis.call("ZADD", queue, "NX", ticket, value)
+    if holder then
+      local mark = string.byte(holder, -1) == 33
+      if mark then holder = string.sub(holder, 1, -2) end
+      if holder ~= value and holder ~= "?" .. value then
+        local ttl = redis.call("PTTL", KEYS[i])
+        if ticket ~= "" then
+          local queue = ticket == "*" and KEYS[#KEYS - n + i] or KEYS[#KEYS]
+          if ticket == "*" then
+            redis.call("ZADD", queue, "NX", "+inf", "*")
+          else
+            redis.call("ZADD", queue, "NX", ticket, value)
+          end
+          local life = math.max(ttl, 0) + tonumber(ARGV[5])
+          if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
+          if not mark then redis.call("APPEND", KEYS[i], "!") end
         end
-        local life = math.max(ttl, 0) + tonumber(ARGV[5])
-        if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
+        return {0, ttl}
       end
-      return {0, ttl}
+      marked[i] = mark
     end
   end
 end
-for i = 1, n do
-  redis.call("SET", KEYS[i], value, "PX", ARGV[2])
+if ticket ~= "" and ticket ~= "*" then
+  redis.call("ZREM", KEYS[#KEYS], value)
+  marked = {redis.call("EXISTS", KEYS[#KEYS]) == 1}
 end
-if ticket ~= "" and ticket ~= "*" then redis.call("ZREM", KEYS[#KEYS], value) end
+for i = 1, n do
+  redis.call("SET", KEYS[i], marked and marked[i] and value .. "!" or value, "PX", ARGV[2])
+end
 if not fenced then return {1, 0} end
 local token = 0
 for i = n + 1, 2 * n do
@@ -101,19 +122,22 @@ return 1`,
 
 /**
  * KEYS: resources. ARGV: value, duration ms, "1" to also take free keys.
- * Returns `{1, 0}` when every key is (now) ours with the new expiry, else
- * `{0, pttl}` of the first key held by another value (`-2`: missing).
+ * Returns `{1, 0}` when every key is (now) ours with the new expiry (a key
+ * keeps its mark, see ACQUIRE), else `{0, pttl}` of the first key held by
+ * another value (`-2`: missing).
  */
 export const EXTEND: LuaScript = script(
   "extend",
   `for _, key in ipairs(KEYS) do
   local holder = redis.call("GET", key)
-  if holder ~= ARGV[1] and not (holder == false and ARGV[3] == "1") then
+  if holder ~= ARGV[1] and holder ~= ARGV[1] .. "!" and not (holder == false and ARGV[3] == "1") then
     return {0, redis.call("PTTL", key)}
   end
 end
 for _, key in ipairs(KEYS) do
-  redis.call("SET", key, ARGV[1], "PX", ARGV[2])
+  if redis.call("PEXPIRE", key, ARGV[2]) == 0 then
+    redis.call("SET", key, ARGV[1], "PX", ARGV[2])
+  end
 end
 return {1, 0}`,
 );
@@ -126,38 +150,36 @@ return {1, 0}`,
  * stay).
  * Frees every key that holds the value or is reserved for it (a value that
  * holds a key, or had it reserved, is no longer in its queue: the acquire
- * script or the release that handed it the key took it out). When none of
- * the queues exists, that is all: nobody waits. Else, when the key's queue
- * has a waiter, the key goes to the first: handed to it (set to its value
+ * script or the release that handed it the key took it out). A key without
+ * the mark (see ACQUIRE) is just deleted: nobody queued for it. A marked
+ * one goes to the first waiter of its queue: handed to it (set to its value
  * for the lease its value ends with, see `Redlock`) or, when that is 0,
  * reserved for it (set to "?" and its value for the given ms, so that only
- * it can take the key); its value is then published on its Redlock's
- * channel (see `wakeChannel()`). When only a watcher's marker "*" is left
- * there, the key is deleted, the marker taken and "" published on the
- * resource's release channel (see `releaseChannel()`); with an empty queue
- * the key is just deleted. Returns how many keys held the value.
+ * it can take the key), marked again when others still queue; its value is
+ * then published on its Redlock's channel (see `wakeChannel()`). When only a
+ * watcher's marker "*" is left there, the key is deleted, the marker taken
+ * and "" published on the resource's release channel (see
+ * `releaseChannel()`); with an empty queue the key is just deleted. Returns
+ * how many keys held the value.
  */
 export const RELEASE: LuaScript = script(
   "release",
   `local n = #KEYS / 2
 local value, mode = ARGV[1], ARGV[3] or ""
 local count = 0
-if redis.call("EXISTS", unpack(KEYS, n + 1, 2 * n)) == 0 then
-  if mode == "2" then return 0 end
-  for i = 1, n do
-    local holder = redis.call("GET", KEYS[i])
-    if holder == value or (holder == "?" .. value and mode ~= "1") then
-      if holder == value then count = count + 1 end
-      redis.call("DEL", KEYS[i])
-    end
-  end
-  return count
-end
 for i = 1, n do
-  local key, queue = KEYS[i], KEYS[n + i]
+  local key = KEYS[i]
   local holder = redis.call("GET", key)
-  if (holder == value and mode ~= "2") or (holder == "?" .. value and mode ~= "1") then
-    if holder == value then count = count + 1 end
+  if holder == value and mode ~= "2" then
+    count = count + 1
+    redis.call("DEL", key)
+  elseif holder and holder == "?" .. value and mode ~= "1" then
+    redis.call("DEL", key)
+  elseif holder and string.byte(holder, -1) == 33 and (
+    (mode ~= "2" and holder == value .. "!") or (mode ~= "1" and holder == "?" .. value .. "!")
+  ) then
+    if holder == value .. "!" then count = count + 1 end
+    local queue = KEYS[n + i]
     local head = redis.call("ZPOPMIN", queue)[1]
     if head == value then head = redis.call("ZPOPMIN", queue)[1] end
     if head == "*" then
@@ -165,17 +187,18 @@ for i = 1, n do
       redis.call("PUBLISH", "redlock:release:" .. key, "")
     elseif head then
       local lease = tonumber(string.match(head, ":(%d+)$")) or 0
+      local mark = redis.call("EXISTS", queue) == 1 and "!" or ""
       if lease > 0 then
-        redis.call("SET", key, head, "PX", lease)
+        redis.call("SET", key, head .. mark, "PX", lease)
       else
-        redis.call("SET", key, "?" .. head, "PX", ARGV[2])
+        redis.call("SET", key, "?" .. head .. mark, "PX", ARGV[2])
       end
       redis.call("PUBLISH", "redlock:wake:" .. string.match(head, "^[^:]*"), head)
     else
       redis.call("DEL", key)
     end
   elseif mode ~= "1" then
-    redis.call("ZREM", queue, value)
+    redis.call("ZREM", KEYS[n + i], value)
   end
 end
 return count`,
@@ -213,7 +236,10 @@ export const INSPECT: LuaScript = script(
   "inspect",
   `local least = -1
 for _, key in ipairs(KEYS) do
-  if ARGV[1] ~= "" and redis.call("GET", key) ~= ARGV[1] then return -2 end
+  if ARGV[1] ~= "" then
+    local holder = redis.call("GET", key)
+    if holder ~= ARGV[1] and holder ~= ARGV[1] .. "!" then return -2 end
+  end
   local ttl = redis.call("PTTL", key)
   if ttl == -2 then return -2 end
   if ttl >= 0 and (least == -1 or ttl < least) then least = ttl end

@@ -137,15 +137,22 @@ export async function integer(server: RedisServer, ...args: string[]): Promise<n
   return Number(reply.slice(1).trim());
 }
 
-/** How many script calls (EVAL + EVALSHA) a server has run since its start. */
-export async function scriptCalls(server: RedisServer): Promise<number> {
+/**
+ * How many calls of the named commands (lowercase) a server has run since
+ * its start, counting those made by scripts.
+ */
+export async function commandCalls(server: RedisServer, ...names: string[]): Promise<number> {
   const info = await server.command("INFO", "commandstats");
   let calls = 0;
-  for (const match of info.matchAll(/cmdstat_(?:eval|evalsha):calls=(\d+)/g)) {
-    calls += Number(match[1]);
+  for (const match of info.matchAll(/cmdstat_([a-z|]+):calls=(\d+)/g)) {
+    if (names.includes(match[1]!)) calls += Number(match[2]);
   }
   return calls;
 }
+
+/** How many script calls (EVAL + EVALSHA) a server has run since its start. */
+export const scriptCalls = (server: RedisServer): Promise<number> =>
+  commandCalls(server, "eval", "evalsha");
 
 /** Sets `key` to `value` with a PX expiry on a server directly (another holder). */
 export async function hold(server: RedisServer, key: string, value: string, ms: number) {

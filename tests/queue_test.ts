@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { duplicateSubscriber, Redlock } from "../mod.ts";
 import { queueKey } from "../src/scripts.ts";
-import { get, integer, onEveryServer, scriptCalls, setup, sleep } from "./_redis.ts";
+import { commandCalls, get, integer, onEveryServer, scriptCalls, setup, sleep } from "./_redis.ts";
 
 const KINDS = ["ioredis", "node-redis"] as const;
 
@@ -66,6 +66,94 @@ for (const kind of KINDS) {
     },
   );
 
+  Deno.test(
+    `[${kind}] a key is marked while somebody queues for it, and a release of an unmarked key makes no call on the queue`,
+    async () => {
+      await using env = await setup(kind, 3);
+      await using holder = new Redlock(env.clients, { wait: "poll" });
+      await using first = new Redlock(env.clients);
+      await using second = new Redlock(env.clients);
+      const queueCalls = () =>
+        Promise.all(
+          env.servers.servers.map((s) => commandCalls(s, "exists", "zrem", "zpopmin", "zadd")),
+        );
+      await (await holder.acquire("warm-up", 1_000)).release();
+      const before = await queueCalls();
+      await (await holder.acquire("alone", 10_000)).release();
+      assert.deepEqual(await queueCalls(), before, "nobody queued: GET and DEL only");
+      await onEveryServer(env.servers, "alone", null);
+
+      const held = await holder.acquire("mark", 10_000);
+      await onEveryServer(env.servers, "mark", held.value);
+      const firstWaits = first.acquire("mark", 5_000, { timeout: 5_000 });
+      await sleep(100);
+      const secondWaits = second.acquire("mark", 5_000, { timeout: 5_000 });
+      await sleep(200);
+      // marked once, by the first waiter
+      await onEveryServer(env.servers, "mark", `${held.value}!`);
+      await held.release();
+      const a = await firstWaits;
+      // the second still queues
+      await onEveryServer(env.servers, "mark", `${a.value}!`);
+      await a.release();
+      const b = await secondWaits;
+      // nobody left in the queue
+      await onEveryServer(env.servers, "mark", b.value);
+      await b.release();
+      await onEveryServer(env.servers, "mark", null);
+    },
+  );
+
+  Deno.test(`[${kind}] extend() keeps the mark, and the release still hands the key over`, async () => {
+    await using env = await setup(kind, 3);
+    await using holder = new Redlock(env.clients, { wait: "poll" });
+    await using waiter = new Redlock(env.clients);
+    const held = await holder.acquire("kept", 2_000);
+    const waiting = waiter.acquire("kept", 5_000, { timeout: 5_000 });
+    await sleep(300);
+    await held.extend(10_000);
+    await onEveryServer(env.servers, "kept", `${held.value}!`);
+    for (const server of env.servers.servers) {
+      assert.ok(await integer(server, "PTTL", "kept") > 9_000);
+    }
+    const releasedAt = performance.now();
+    await held.release();
+    const lock = await waiting;
+    const waited = performance.now() - releasedAt;
+    assert.ok(waited < 400, `${waited} ms after the release (the TTL was ~9.9 s)`);
+    await lock.release();
+  });
+
+  Deno.test(
+    `[${kind}] a waiter still gets a key that lapsed under its queue and was taken by an acquire that did not queue`,
+    async () => {
+      await using env = await setup(kind, 3);
+      await using holder = new Redlock(env.clients, { wait: "poll" });
+      await using other = new Redlock(env.clients, { wait: "poll" });
+      // a queued acquire asks the servers again at least every requestTimeout
+      await using waiter = new Redlock(env.clients, { requestTimeout: 1_000, retryCount: -1 });
+      const held = await holder.acquire("lapse", 10_000);
+      const waiting = waiter.acquire("lapse", 5_000, { timeout: 8_000 });
+      await sleep(200);
+      await onEveryServer(env.servers, "lapse", `${held.value}!`);
+      // the held key lapses, and an acquire that does not queue takes it: not marked
+      for (const server of env.servers.servers) await server.command("DEL", "lapse");
+      const taken = await other.acquire("lapse", 10_000);
+      for (const server of env.servers.servers) {
+        assert.equal(await get(server, "lapse"), taken.value);
+        assert.equal(await integer(server, "ZCARD", queueKey("lapse")), 1);
+      }
+      // the waiter's next attempt finds it held, and marks it
+      await onEveryServer(env.servers, "lapse", `${taken.value}!`);
+      const releasedAt = performance.now();
+      await taken.release();
+      const lock = await waiting;
+      const waited = performance.now() - releasedAt;
+      assert.ok(waited < 400, `${waited} ms after the release`);
+      await lock.release();
+    },
+  );
+
   Deno.test(`[${kind}] an acquire that gives up leaves the queue`, async () => {
     await using env = await setup(kind, 3);
     await using holder = new Redlock(env.clients, { wait: "poll" });
@@ -104,7 +192,8 @@ for (const kind of KINDS) {
       await sleep(200);
       const releasedAt = performance.now();
       await held.release();
-      assert.equal(await get(env.servers.servers[0]!, "ghost"), ghost);
+      // handed to the ghost, and marked: the waiter still queues behind it
+      assert.equal(await get(env.servers.servers[0]!, "ghost"), `${ghost}!`);
       const lock = await waiting;
       const waited = performance.now() - releasedAt;
       assert.ok(waited >= 250 && waited < 2_000, `${waited} ms after the release`);
