@@ -93,7 +93,8 @@ let sweeperFar = false;
 
 /**
  * The sweeper's timer for a check IDLE_MS ahead, kept to be set again by
- * `refresh()` where timers have it (Node-style timers: Deno, Node, Bun),
+ * `refresh()` where timers have it (Node-style timers: Node, Bun, and Deno
+ * 2.9, whose global `setTimeout` makes them; a number has none),
  * which costs less than making one: while rounds are in flight the sweeper
  * is set this way every IDLE_MS.
  */
@@ -107,13 +108,22 @@ function arm(at: number, t: number): void {
   sweeperAt = at;
   sweeperFar = ms > IDLE_MS;
   if (reuse) {
-    sweeper = (tick as { refresh(): unknown }).refresh() as typeof tick;
+    (tick as { refresh(): unknown }).refresh();
+    sweeper = tick;
   } else {
     sweeper = setTimeout(sweep, ms);
     if (ms === IDLE_MS && typeof (sweeper as { refresh?: unknown }).refresh === "function") {
       tick = sweeper;
     }
   }
+}
+
+/**
+ * Forgets the timer kept for `refresh()` unless it is pending, so that the
+ * next one is made anew (for tests that count timers).
+ */
+export function forgetTimer(): void {
+  if (sweeper !== tick) tick = undefined;
 }
 
 /** Clears a timer of the sweeper (a cleared one cannot be set again). */

@@ -48,7 +48,10 @@ export class Lock implements AsyncDisposable {
   readonly redlock: Redlock;
   /** The locked resources (Redis keys). */
   readonly resources: readonly string[];
-  /** The random value that marks the lock as ours on every server. */
+  /**
+   * The random value that marks the lock as ours on every server. A key
+   * somebody queued for holds it with `"!"` appended.
+   */
   readonly value: string;
   /** The stats of every attempt it took, oldest first. */
   readonly attempts: readonly ExecutionStats[];

@@ -1494,8 +1494,8 @@ export class Redlock extends EventTarget {
   }
 
   /**
-   * Sends RELEASE of `value` to one server: keys it frees go to the first of
-   * their wait queues. `mode` "" also leaves the queues, "1" stays in them
+   * Sends RELEASE of `value` to one server: marked keys it frees go to the
+   * first of their wait queues (see ACQUIRE). `mode` "" also leaves the queues, "1" stays in them
    * (and keeps a reservation), "2" only leaves them.
    */
   #releaser(

@@ -41,10 +41,11 @@ function script(name: string, source: string): LuaScript {
  * The mark: a key whose queue may hold somebody ends with "!" (appended to
  * the holder's value, or to a reservation), so that a release of an
  * unmarked key deletes it without looking at the queue. A queued acquire
- * that takes a key marks it when others still queue; a key taken back by
- * the value that holds it keeps its mark. (A key that expired under its
- * queue and was taken by an acquire that did not queue is not marked: its
- * waiters then wake at their fallback time, and mark it when they find it
+ * or a watcher that takes a key marks it when somebody (else) still
+ * queues; a key taken back by the value that holds it keeps its mark. (A
+ * key that expired under its queue and was then taken by an acquire that
+ * did not queue, or by an extend that takes free keys, is not marked: its
+ * waiters then come at their next try, and mark it when they find it
  * held.)
  */
 export const ACQUIRE: LuaScript = script(
@@ -86,7 +87,12 @@ if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
     end
   end
 end
-if ticket ~= "" and ticket ~= "*" then
+if ticket == "*" then
+  marked = marked or {}
+  for i = 1, n do
+    marked[i] = marked[i] or redis.call("EXISTS", KEYS[#KEYS - n + i]) == 1
+  end
+elseif ticket ~= "" then
   redis.call("ZREM", KEYS[#KEYS], value)
   marked = {redis.call("EXISTS", KEYS[#KEYS]) == 1}
 end

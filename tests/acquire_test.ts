@@ -7,12 +7,12 @@ import {
   ResourceLockedError,
 } from "../mod.ts";
 import {
+  commandCalls,
   get,
   hold,
   integer,
   KINDS,
   onEveryServer,
-  type RedisServer,
   scriptCalls,
   setup,
   sleep,
@@ -290,10 +290,4 @@ for (const kind of KINDS) {
       }
     },
   );
-}
-
-/** How many calls of `command` a server has run since its start (scripts' own calls too). */
-async function commandCalls(server: RedisServer, command: string): Promise<number> {
-  const info = await server.command("INFO", "commandstats");
-  return Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(info)?.[1] ?? 0);
 }
