@@ -80,9 +80,10 @@ export const IDLE_MS = 10;
  * timer (a Deno timer costs ~4 µs to make and clear, more than a round's own
  * work; in a loop of acquire and release that waits for every answer,
  * making one every IDLE_MS still cost ~1 µs per acquire + release, so it is
- * set again with `refresh()` instead) and deadlines are kept to the ms. With only alarms in the list the
- * sweeper sleeps until the earliest one (no ticks during a long wait), and
- * is cleared when the last one leaves early.
+ * set again with `refresh()` instead) and deadlines are kept to the ms.
+ * With only alarms in the list the sweeper sleeps until the earliest one
+ * (no ticks during a long wait), and is cleared when the last one leaves
+ * early.
  */
 let first: Pending | undefined;
 let last: Pending | undefined;
@@ -102,6 +103,7 @@ let tick: ReturnType<typeof setTimeout> | undefined;
 
 function arm(at: number, t: number): void {
   // Rounded up: a timer may truncate its delay, and firing early costs a second one.
+  // (Less a rounding error: `t + IDLE_MS - t` may exceed IDLE_MS.)
   const ms = Math.max(0, Math.ceil(at - t - 1e-6));
   const reuse = ms === IDLE_MS && tick !== undefined;
   if (sweeper !== undefined && !(reuse && sweeper === tick)) stop(sweeper);

@@ -1495,8 +1495,9 @@ export class Redlock extends EventTarget {
 
   /**
    * Sends RELEASE of `value` to one server: marked keys it frees go to the
-   * first of their wait queues (see ACQUIRE). `mode` "" also leaves the queues, "1" stays in them
-   * (and keeps a reservation), "2" only leaves them.
+   * first of their wait queues (see ACQUIRE). `mode` "" also leaves the
+   * queues, "1" stays in them (and keeps a reservation), "2" only leaves
+   * them.
    */
   #releaser(
     keys: readonly string[],

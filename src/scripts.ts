@@ -174,18 +174,16 @@ export const RELEASE: LuaScript = script(
 local value, mode = ARGV[1], ARGV[3] or ""
 local count = 0
 for i = 1, n do
-  local key = KEYS[i]
+  local key, queue = KEYS[i], KEYS[n + i]
   local holder = redis.call("GET", key)
-  if holder == value and mode ~= "2" then
-    count = count + 1
+  local marked = holder and string.byte(holder, -1) == 33
+  if marked then holder = string.sub(holder, 1, -2) end
+  local held = holder == value and mode ~= "2"
+  if held then count = count + 1 end
+  local frees = held or (holder == "?" .. value and mode ~= "1")
+  if frees and not marked then
     redis.call("DEL", key)
-  elseif holder and holder == "?" .. value and mode ~= "1" then
-    redis.call("DEL", key)
-  elseif holder and string.byte(holder, -1) == 33 and (
-    (mode ~= "2" and holder == value .. "!") or (mode ~= "1" and holder == "?" .. value .. "!")
-  ) then
-    if holder == value .. "!" then count = count + 1 end
-    local queue = KEYS[n + i]
+  elseif frees then
     local head = redis.call("ZPOPMIN", queue)[1]
     if head == value then head = redis.call("ZPOPMIN", queue)[1] end
     if head == "*" then
@@ -204,7 +202,7 @@ for i = 1, n do
       redis.call("DEL", key)
     end
   elseif mode ~= "1" then
-    redis.call("ZREM", KEYS[n + i], value)
+    redis.call("ZREM", queue, value)
   end
 end
 return count`,
