@@ -282,9 +282,14 @@ function checkLock(lock: unknown, name = "lock"): Lock {
  */
 type Vote = number | Conflict;
 
+/**
+ * The vote in an ACQUIRE or EXTEND reply: the token (≥ 0) for, or
+ * `-3 - pttl` against.
+ */
 function toVote(reply: unknown, server: number): Vote {
-  if (Array.isArray(reply) && typeof reply[0] === "number" && typeof reply[1] === "number") {
-    return reply[0] === 1 ? reply[1] : new Conflict(server, reply[1]);
+  if (Number.isInteger(reply)) {
+    const n = reply as number;
+    return n >= 0 ? n : new Conflict(server, -3 - n);
   }
   throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
 }
@@ -299,7 +304,7 @@ const released = (reply: unknown, member: Member): Vote => (toNumber(reply, memb
 
 /** An acquire or extend vote: a script's reply, or a vote `#setIfAbsent` already made. */
 const asVote = (reply: unknown, member: Member): Vote =>
-  typeof reply === "number" || reply instanceof Conflict ? reply : toVote(reply, member.index);
+  reply instanceof Conflict ? reply : toVote(reply, member.index);
 
 /** A clearer error for a script sent to a cluster with keys in several hash slots. */
 function crossSlot(error: Error, keys: readonly string[]): Error {

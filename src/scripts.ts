@@ -29,9 +29,10 @@ function script(name: string, source: string): LuaScript {
  * "*" for a watcher or "" (or none) for neither, ms the queue must outlive
  * the holder.
  * A key counts as free when it is missing, reserved for this value or
- * handed to it (see RELEASE). Returns `{1, token}` when every key was free
- * and is now set (token 0 without fencing), else `{0, pttl}` of the first
- * key found held; then nothing is written but, with a ticket, the value's
+ * handed to it (see RELEASE). Returns the token (0 without fencing) when
+ * every key was free and is now set, else `-3 - pttl` of the first key found
+ * held (a negative integer: a number costs the server and the client less
+ * than an array); then nothing is written but, with a ticket, the value's
  * entry in the wait queue (ordered by ticket, then value) or, for a
  * watcher, the marker "*" (ordered last) in the held key's queue, which
  * tells its release to publish; either is kept alive beyond the holder's
@@ -81,7 +82,7 @@ if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
           if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
           if not mark then redis.call("APPEND", KEYS[i], "!") end
         end
-        return {0, ttl}
+        return -3 - ttl
       end
       marked[i] = mark
     end
@@ -99,7 +100,7 @@ end
 for i = 1, n do
   redis.call("SET", KEYS[i], marked and marked[i] and value .. "!" or value, "PX", ARGV[2])
 end
-if not fenced then return {1, 0} end
+if not fenced then return 0 end
 local token = 0
 for i = n + 1, 2 * n do
   local count = redis.call("INCR", KEYS[i])
@@ -108,7 +109,7 @@ end
 for i = n + 1, 2 * n do
   redis.call("SET", KEYS[i], token)
 end
-return {1, token}`,
+return token`,
 );
 
 /**
@@ -128,16 +129,16 @@ return 1`,
 
 /**
  * KEYS: resources. ARGV: value, duration ms, "1" to also take free keys.
- * Returns `{1, 0}` when every key is (now) ours with the new expiry (a key
- * keeps its mark, see ACQUIRE), else `{0, pttl}` of the first key held by
- * another value (`-2`: missing).
+ * Returns 0 when every key is (now) ours with the new expiry (a key keeps
+ * its mark, see ACQUIRE), else `-3 - pttl` of the first key held by another
+ * value (pttl `-2`: missing), as ACQUIRE does.
  */
 export const EXTEND: LuaScript = script(
   "extend",
   `for _, key in ipairs(KEYS) do
   local holder = redis.call("GET", key)
   if holder ~= ARGV[1] and holder ~= ARGV[1] .. "!" and not (holder == false and ARGV[3] == "1") then
-    return {0, redis.call("PTTL", key)}
+    return -3 - redis.call("PTTL", key)
   end
 end
 for _, key in ipairs(KEYS) do
@@ -145,7 +146,7 @@ for _, key in ipairs(KEYS) do
     redis.call("SET", key, ARGV[1], "PX", ARGV[2])
   end
 end
-return {1, 0}`,
+return 0`,
 );
 
 /**

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   ExecutionError,
   LockConflictError,
+  LockLostError,
   Redlock,
   RequestTimeoutError,
   ResourceLockedError,
@@ -288,6 +289,44 @@ for (const kind of KINDS) {
         const vote = forever.attempts[0]!.votesAgainst.get(server);
         assert.ok(vote instanceof LockConflictError && vote.ttl === -1, String(vote));
       }
+    },
+  );
+
+  Deno.test(
+    `[${kind}] acquire() and extend() by script report the holder's TTL in LockConflictError`,
+    async () => {
+      await using env = await setup(kind, 3);
+      const [a, b] = env.servers.servers;
+      const redlock = new Redlock(env.clients, { retryCount: 0, wait: "poll" });
+      const conflicts = (error: unknown): number[] => {
+        assert.ok(
+          error instanceof ResourceLockedError || error instanceof LockLostError,
+          String(error),
+        );
+        const against = error.attempts[0]!.votesAgainst;
+        assert.deepEqual([...against.keys()].sort(), [0, 1]);
+        return [0, 1].map((server) => {
+          const vote = against.get(server);
+          assert.ok(vote instanceof LockConflictError, String(vote));
+          return vote.ttl;
+        });
+      };
+      const failure = (p: Promise<unknown>) =>
+        p.then(() => assert.fail("should fail"), (e: unknown) => e);
+      // the second of two resources held for 8 s; with fencing; without expiry
+      for (const server of [a!, b!]) await hold(server, "{s}:b", "other", 8_000);
+      for (const fencing of [false, true]) {
+        const error = await failure(redlock.acquire(["{s}:a", "{s}:b"], 5_000, { fencing }));
+        for (const ttl of conflicts(error)) assert.ok(ttl > 7_000 && ttl <= 8_000, `ttl ${ttl}`);
+      }
+      for (const server of [a!, b!]) await server.command("SET", "{s}:b", "other");
+      const forever = await failure(redlock.acquire(["{s}:a", "{s}:b"], 5_000));
+      assert.deepEqual(conflicts(forever), [-1, -1]);
+      // an extend that finds the key gone: -2
+      const lock = await redlock.acquire("gone", 5_000);
+      for (const server of [a!, b!]) await server.command("DEL", "gone");
+      assert.deepEqual(conflicts(await failure(lock.extend(5_000))), [-2, -2]);
+      await lock.release();
     },
   );
 }

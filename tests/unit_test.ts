@@ -314,7 +314,7 @@ Deno.test("acquire() sends SET NX only for one resource without fencing when eve
         calls.push(`${index}:${script.name}`);
         if (script.name === "acquire") {
           for (const key of keys) store.set(key, args[0]!);
-          return Promise.resolve([1, keys.length > 1 && args[2] === "1" ? 1 : 0]);
+          return Promise.resolve(keys.length > 1 && args[2] === "1" ? 1 : 0);
         }
         return Promise.resolve(1); // release, fence
       },
