@@ -14,8 +14,8 @@ import { describeValue } from "./_validate.ts";
  */
 export interface ScriptClient {
   /**
-   * Runs `script` with `keys` and `args` and resolves to its reply (integers
-   * as numbers, arrays as arrays). Use `EVALSHA` with `script.sha1` and fall
+   * Runs `script` with `keys` and `args` and resolves to its reply (every
+   * script replies with an integer: resolve it as a number). Use `EVALSHA` with `script.sha1` and fall
    * back to `EVAL` with `script.source` when the server answers `NOSCRIPT`.
    */
   evalScript(

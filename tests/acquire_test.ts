@@ -324,6 +324,7 @@ for (const kind of KINDS) {
       assert.deepEqual(conflicts(forever), [-1, -1]);
       // an extend that finds the key gone: -2
       const lock = await redlock.acquire("gone", 5_000);
+      await onEveryServer(env.servers, "gone", lock.value);
       for (const server of [a!, b!]) await server.command("DEL", "gone");
       assert.deepEqual(conflicts(await failure(lock.extend(5_000))), [-2, -2]);
       await lock.release();
