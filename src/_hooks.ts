@@ -10,8 +10,15 @@ import type { Lock } from "./lock.ts";
 
 /** The wrappers of one Redlock's operations. */
 export interface Hooks {
-  /** Every acquire: acquire(), tryAcquire(), using(), lead(). */
-  acquire(resources: readonly string[], run: () => Promise<Lock>): Promise<Lock>;
+  /**
+   * Every acquire: acquire(), tryAcquire(), using(), lead(). `signal` is the
+   * caller's (not `timeout`'s), to tell an abort from a failure.
+   */
+  acquire(
+    resources: readonly string[],
+    run: () => Promise<Lock>,
+    signal: AbortSignal | undefined,
+  ): Promise<Lock>;
   /** Every release, also at the end of using() and `await using`. */
   release(lock: Lock, run: () => Promise<ExecutionResult>): Promise<ExecutionResult>;
   /** Every extension, also using()'s automatic ones. */

@@ -737,7 +737,7 @@ export class Redlock extends EventTarget implements LockOwner {
   #acquire(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
     const hooks = HOOKS.get(this);
     const run = () => this.#acquireNow(request, timeout);
-    return hooks === undefined ? run() : hooks.acquire(request.keys, run);
+    return hooks === undefined ? run() : hooks.acquire(request.keys, run, request.signal);
   }
 
   #acquireNow(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
