@@ -31,11 +31,12 @@ import {
   type Counter,
   type Histogram,
   metrics,
+  type ObservableResult,
+  type ObservableUpDownCounter,
   type Span,
   SpanStatusCode,
   trace,
   type Tracer,
-  type UpDownCounter,
 } from "@opentelemetry/api";
 import { Redlock } from "./src/redlock.ts";
 import { type ExecutionResult, ResourceLockedError } from "./src/errors.ts";
@@ -118,10 +119,12 @@ export function instrument(redlock: Redlock, options?: InstrumentOptions): () =>
   if (HOOKS.has(redlock)) throw new TypeError(`redlock is instrumented already: ${redlock}`);
   const instrumentation = new Instrumentation(opts);
   HOOKS.set(redlock, instrumentation);
+  GAUGES.join(instrumentation);
   const offError = redlock.on("error", (error, event) => instrumentation.serverError(error, event));
   const offLost = redlock.on("lost", (event) => instrumentation.lost(event));
   return () => {
     if (HOOKS.get(redlock) === instrumentation) HOOKS.delete(redlock);
+    GAUGES.leave(instrumentation);
     offError();
     offLost();
   };
@@ -155,49 +158,96 @@ function outcomeOf(error: unknown, signal: AbortSignal | undefined): AcquireOutc
 /**
  * The locks an instrumentation counts as held, by value (an extension
  * makes a new Lock with the same value), so that a lock lost and then
- * released leaves the count once. A lock left to expire leaves it when a
- * sweep, made as the set doubles, finds it expired.
+ * released counts once. A lock left to expire is dropped when counted.
  */
 class HeldLocks {
   readonly #locks = new Map<string, Lock>();
-  #sweepAt = 16;
 
-  /** Counts `lock` (or its newer self); returns whether it was not counted yet. */
-  add(lock: Lock): boolean {
-    const known = this.#locks.has(lock.value);
+  /** Counts `lock` (or its newer self). */
+  add(lock: Lock): void {
     this.#locks.set(lock.value, lock);
-    return !known;
   }
 
-  /** Stops counting `lock`; returns whether it was counted. */
-  delete(lock: Lock): boolean {
-    return this.#locks.delete(lock.value);
+  /** Stops counting `lock`. */
+  delete(lock: Lock): void {
+    this.#locks.delete(lock.value);
   }
 
-  /** Once the set doubled since the last sweep, drops expired locks; returns how many. */
-  sweep(): number {
-    if (this.#locks.size < this.#sweepAt) return 0;
-    let dropped = 0;
+  /** How many are held: drops the expired ones first. */
+  count(): number {
     for (const [value, lock] of this.#locks) {
-      if (lock.remainingTime > 0) continue;
-      this.#locks.delete(value);
-      dropped++;
+      if (lock.remainingTime <= 0) this.#locks.delete(value);
     }
-    this.#sweepAt = Math.max(16, this.#locks.size * 2);
-    return dropped;
+    return this.#locks.size;
   }
 }
 
+/**
+ * `redlock.locks.held` and `redlock.acquire.waiting` over every live
+ * instrumentation of the process, observed when metrics are collected, so
+ * that they cost an operation nothing. Their callbacks are registered
+ * while an instrumentation lives.
+ */
+class Gauges {
+  readonly #live = new Set<Instrumentation>();
+  #instruments: [held: ObservableUpDownCounter, waiting: ObservableUpDownCounter] | undefined;
+  readonly #held = (result: ObservableResult) => {
+    let held = 0;
+    for (const instrumentation of this.#live) held += instrumentation.locks.count();
+    result.observe(held);
+  };
+  readonly #waiting = (result: ObservableResult) => {
+    let waiting = 0;
+    for (const instrumentation of this.#live) waiting += instrumentation.waiting;
+    result.observe(waiting);
+  };
+
+  /** Starts observing `instrumentation`. */
+  join(instrumentation: Instrumentation): void {
+    if (this.#live.size === 0) {
+      const [held, waiting] = this.#instruments ??= Gauges.#create();
+      held.addCallback(this.#held);
+      waiting.addCallback(this.#waiting);
+    }
+    this.#live.add(instrumentation);
+  }
+
+  /** Stops observing `instrumentation`. */
+  leave(instrumentation: Instrumentation): void {
+    if (!this.#live.delete(instrumentation) || this.#live.size > 0) return;
+    const [held, waiting] = this.#instruments!;
+    held.removeCallback(this.#held);
+    waiting.removeCallback(this.#waiting);
+  }
+
+  static #create(): [ObservableUpDownCounter, ObservableUpDownCounter] {
+    const meter = metrics.getMeter(SCOPE);
+    return [
+      meter.createObservableUpDownCounter("redlock.locks.held", {
+        description: "Locks acquired and not yet released, lost or expired",
+        unit: "{lock}",
+      }),
+      meter.createObservableUpDownCounter("redlock.acquire.waiting", {
+        description: "Acquires in progress",
+        unit: "{acquire}",
+      }),
+    ];
+  }
+}
+
+const GAUGES = new Gauges();
+
 /** The hooks and listeners of one instrumented Redlock. */
 class Instrumentation implements Hooks {
+  /** The locks it saw acquired and not yet released or lost. */
+  readonly locks = new HeldLocks();
+  /** Acquires in progress. */
+  waiting = 0;
   readonly #tracer: Tracer;
   readonly #duration: Histogram;
-  readonly #held: UpDownCounter;
-  readonly #waiting: UpDownCounter;
   readonly #lost: Counter;
   readonly #serverErrors: Counter;
   readonly #spanResources: boolean;
-  readonly #locks = new HeldLocks();
 
   constructor(options: InstrumentOptions) {
     this.#tracer = trace.getTracer(SCOPE);
@@ -206,14 +256,6 @@ class Instrumentation implements Hooks {
       description: "Time from the call of an acquire until it had the lock or gave up",
       unit: "s",
       advice: { explicitBucketBoundaries: BOUNDS },
-    });
-    this.#held = meter.createUpDownCounter("redlock.locks.held", {
-      description: "Locks acquired and not yet released, lost or expired",
-      unit: "{lock}",
-    });
-    this.#waiting = meter.createUpDownCounter("redlock.acquire.waiting", {
-      description: "Acquires in progress",
-      unit: "{acquire}",
     });
     this.#lost = meter.createCounter("redlock.lock.lost", {
       description: "Locks found lost by an extension (also using()'s automatic ones)",
@@ -231,16 +273,16 @@ class Instrumentation implements Hooks {
     run: () => Promise<Lock>,
     signal: AbortSignal | undefined,
   ): Promise<Lock> {
-    const span = this.#tracer.startSpan("redlock.acquire", { attributes: this.#on(resources) });
+    const span = this.#start("redlock.acquire", resources);
     const start = performance.now();
-    this.#waiting.add(1);
+    this.waiting++;
     return within(span, run).then((lock) => {
-      this.#acquired(start, lock);
-      span.setAttributes({
-        "redlock.outcome": "acquired",
-        "redlock.attempts": lock.attempts.length,
-        "redlock.handoff": wasHandedOver(lock),
-      });
+      this.waiting--;
+      this.#duration.record((performance.now() - start) / 1000, OUTCOMES.acquired);
+      this.locks.add(lock);
+      // Only what differs from the usual (one attempt, no handoff, no token): attributes cost.
+      if (lock.attempts.length > 1) span.setAttribute("redlock.attempts", lock.attempts.length);
+      if (wasHandedOver(lock)) span.setAttribute("redlock.handoff", true);
       if (lock.fencingToken !== undefined) {
         span.setAttribute("redlock.fencing_token", lock.fencingToken);
       }
@@ -248,7 +290,7 @@ class Instrumentation implements Hooks {
       return lock;
     }, (error) => {
       const outcome = outcomeOf(error, signal);
-      this.#waiting.add(-1);
+      this.waiting--;
       this.#duration.record((performance.now() - start) / 1000, OUTCOMES[outcome]);
       span.setAttribute("redlock.outcome", outcome);
       fail(span, error);
@@ -257,11 +299,9 @@ class Instrumentation implements Hooks {
   }
 
   release(lock: Lock, run: () => Promise<ExecutionResult>): Promise<ExecutionResult> {
-    const span = this.#tracer.startSpan("redlock.release", {
-      attributes: this.#on(lock.resources),
-    });
+    const span = this.#start("redlock.release", lock.resources);
     return within(span, run).then((result) => {
-      if (this.#locks.delete(lock)) this.#held.add(-1);
+      this.locks.delete(lock);
       span.end();
       return result;
     }, (error) => {
@@ -271,9 +311,9 @@ class Instrumentation implements Hooks {
   }
 
   extend(lock: Lock, run: () => Promise<Lock>): Promise<Lock> {
-    const span = this.#tracer.startSpan("redlock.extend", { attributes: this.#on(lock.resources) });
+    const span = this.#start("redlock.extend", lock.resources);
     return within(span, run).then((extended) => {
-      if (this.#locks.add(extended)) this.#held.add(1);
+      this.locks.add(extended);
       span.end();
       return extended;
     }, (error) => {
@@ -285,7 +325,7 @@ class Instrumentation implements Hooks {
   /** A `"lost"` event: counted, and the lock is no longer held. */
   lost(event: LockLostEvent): void {
     this.#lost.add(1);
-    if (this.#locks.delete(event.lock)) this.#held.add(-1);
+    this.locks.delete(event.lock);
   }
 
   /** An `"error"` event: counted by server index. */
@@ -293,19 +333,10 @@ class Instrumentation implements Hooks {
     this.#serverErrors.add(1, { server: event.server, "error.type": error.name });
   }
 
-  #acquired(start: number, lock: Lock): void {
-    this.#waiting.add(-1);
-    this.#duration.record((performance.now() - start) / 1000, OUTCOMES.acquired);
-    this.#locks.add(lock);
-    const expired = this.#locks.sweep();
-    this.#held.add(1 - expired);
-  }
-
-  /** The attributes of a span on `resources`. */
-  #on(resources: readonly string[]): Attributes {
+  #start(name: string, resources: readonly string[]): Span {
     return this.#spanResources
-      ? { "redlock.resources.count": resources.length, "redlock.resources": [...resources] }
-      : { "redlock.resources.count": resources.length };
+      ? this.#tracer.startSpan(name, { attributes: { "redlock.resources": [...resources] } })
+      : this.#tracer.startSpan(name);
   }
 }
 

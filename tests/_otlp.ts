@@ -75,10 +75,19 @@ export class Collector implements AsyncDisposable {
   readonly points: ReceivedPoint[] = [];
   /** Requests per path (`/v1/traces`, `/v1/metrics`, `/v1/logs`). */
   readonly requests: Record<string, number> = {};
+  /** Bytes received. */
+  bytes = 0;
   #exports = 0;
+  readonly #keep: boolean;
   readonly #server: Deno.HttpServer<Deno.NetAddr>;
 
-  constructor() {
+  /**
+   * Starts listening on a free port.
+   *
+   * @param keep Whether to decode and keep what arrives (false: only count it).
+   */
+  constructor(keep = true) {
+    this.#keep = keep;
     this.#server = Deno.serve(
       { hostname: "127.0.0.1", port: 0, onListen: () => {} },
       (request) => this.#receive(request),
@@ -109,7 +118,10 @@ export class Collector implements AsyncDisposable {
   async #receive(request: Request): Promise<Response> {
     const path = new URL(request.url).pathname;
     this.requests[path] = (this.requests[path] ?? 0) + 1;
-    const body: Json = await request.json();
+    const buffer = await request.arrayBuffer();
+    this.bytes += buffer.byteLength;
+    if (!this.#keep) return Response.json({});
+    const body: Json = JSON.parse(new TextDecoder().decode(buffer));
     if (path === "/v1/traces") this.#spans(body);
     if (path === "/v1/metrics") this.#metrics(body, this.#exports++);
     return Response.json({});

@@ -72,23 +72,27 @@ Deno.test({
     const acquires = named(t, "redlock.acquire");
     const extends_ = named(t, "redlock.extend");
     const releases = named(t, "redlock.release");
-    // acquired ×2 (otel:a, otel:d) + locked + timeout + aborted + failed + named
-    assert.equal(acquires.length, 7, JSON.stringify(acquires.map((s) => s.attributes)));
+    // acquired ×4 (otel:a, otel:b after waiting, otel:named, otel:d) + locked, timeout, aborted, failed
+    assert.equal(acquires.length, 8, JSON.stringify(acquires.map((s) => s.attributes)));
     assert.ok(extends_.length >= 2, `${extends_.length} extend spans`); // otel:a, using()'s lost one
-    assert.equal(releases.length, 3); // otel:a, otel:named, using()'s of otel:d
+    assert.equal(releases.length, 4); // otel:a, otel:b, otel:named, using()'s of otel:d
     for (const span of [...acquires, ...extends_, ...releases]) {
       assert.equal(span.parentSpanId, t.report.spanId, `${span.name} under the fixture's span`);
     }
-    const byOutcome = Object.groupBy(acquires, (s) => String(s.attributes["redlock.outcome"]));
+    const byOutcome = Object.groupBy(
+      acquires,
+      (s) => String(s.attributes["redlock.outcome"] ?? "acquired"),
+    );
     assert.deepEqual(
       Object.fromEntries(Object.entries(byOutcome).map(([k, v]) => [k, v!.length])),
-      { acquired: 3, locked: 1, timeout: 1, aborted: 1, failed: 1 },
+      { acquired: 4, locked: 1, timeout: 1, aborted: 1, failed: 1 },
     );
-    for (const span of byOutcome.acquired!) {
-      assert.equal(span.status.code, 0);
-      assert.equal(span.attributes["redlock.attempts"], 1);
-      assert.equal(span.attributes["redlock.handoff"], false);
-    }
+    for (const span of byOutcome.acquired!) assert.equal(span.status.code, 0);
+    // Attempts and handoff are set only when they differ from one attempt and none.
+    const waited = byOutcome.acquired!.filter((s) =>
+      (s.attributes["redlock.attempts"] as number) > 1 || s.attributes["redlock.handoff"] === true
+    );
+    assert.equal(waited.length, 1, JSON.stringify(byOutcome.acquired!.map((s) => s.attributes)));
     const locked = byOutcome.locked![0]!;
     assert.equal(locked.status.code, 2);
     assert.match(locked.status.message, /held by another lock/);
@@ -113,7 +117,7 @@ Deno.test({
     for (const span of withNames) {
       assert.deepEqual(span.attributes["redlock.resources"], ["otel:named"]);
     }
-    for (const span of spans) assert.equal(span.attributes["redlock.resources.count"], 1);
+    assert.ok(spans.length > withNames.length);
   },
 });
 
@@ -125,7 +129,7 @@ Deno.test({
     const { collector } = t;
     const histogram = collector.last("redlock.acquire.duration");
     const counts = Object.fromEntries(histogram.map((p) => [p.attributes.outcome, p.count]));
-    assert.deepEqual(counts, { acquired: 3, locked: 1, timeout: 1, aborted: 1, failed: 1 });
+    assert.deepEqual(counts, { acquired: 4, locked: 1, timeout: 1, aborted: 1, failed: 1 });
     for (const p of histogram) {
       assert.equal(p.bucketCounts!.reduce((a, b) => a + b, 0), p.count);
       assert.ok(p.sum! > 0 && p.sum! < 5, `${p.attributes.outcome}: ${p.sum} s`);
