@@ -8,6 +8,16 @@
  * in the order the requests were sent, as on one connection: a held reply
  * holds back the later ones of its server. Release messages (pub/sub) can be
  * held and delivered the same way. Nothing about Redis is imitated.
+ *
+ * ```ts ignore
+ * await using gate = await Gate.start(3);
+ * await using redlock = new Redlock(gate.clients, { subscriber: gate.subscriber });
+ * gate.hold({ script: "acquire", server: 2 }); // its replies wait for the test
+ * const acquiring = redlock.acquire("a", 5_000);
+ * const [late] = await gate.sent({ script: "acquire", server: 2 });
+ * const lock = await acquiring; // servers 0 and 1 made the quorum
+ * await gate.deliver(late!); // now the lock hears server 2
+ * ```
  */
 
 import { Redis } from "ioredis";
@@ -21,7 +31,7 @@ import { type RedisServers, startServers } from "./_redis.ts";
 
 /** Which calls a rule applies to; what is left out matches any. */
 export interface Match {
-  /** The script's name: "acquire", "release", "extend", "fence", "inspect". */
+  /** The script's name ("acquire", "release", "extend", "fence", "inspect"), or "set" or "pttl". */
   readonly script?: string;
   /** The server's index. */
   readonly server?: number;
@@ -99,17 +109,37 @@ export class Gate implements AsyncDisposable {
   readonly #tails: Promise<void>[];
   readonly #counts = new Map<string, number>();
   readonly #waits = new Set<() => void>();
-  #holdMessages = new Set<number>();
+  readonly #holdMessages = new Set<number>();
   readonly #heldMessages: { message: Mutable<Message>; deliver: () => void }[] = [];
 
-  private constructor(servers: RedisServers, real: Redis[]) {
+  private constructor(servers: RedisServers, real: Redis[], plain: boolean) {
     this.servers = servers;
     this.#real = real;
     this.#tails = real.map(() => Promise.resolve());
-    this.clients = real.map((_, server) => ({
-      evalScript: (script: LuaScript, keys: readonly string[], args: readonly string[]) =>
-        this.#send(server, script, keys, args),
-    }));
+    this.clients = real.map((client, server): ScriptClient => {
+      const evalScript = (script: LuaScript, keys: readonly string[], args: readonly string[]) =>
+        this.#send(
+          server,
+          script.name,
+          keys,
+          args,
+          () => client.eval(script.source, keys.length, ...keys, ...args),
+        );
+      if (!plain) return { evalScript };
+      return {
+        evalScript,
+        setIfAbsent: (key, value, ms) =>
+          this.#send(
+            server,
+            "set",
+            [key],
+            [value, String(ms)],
+            () => client.set(key, value, "PX", ms, "NX").then((reply) => reply === "OK"),
+          ) as Promise<boolean>,
+        pttl: (key) =>
+          this.#send(server, "pttl", [key], [], () => client.pttl(key)) as Promise<number>,
+      };
+    });
     this.subscriber = (_client, server, onMessage) =>
       duplicateSubscriber(this.#real[server]!, server, (channel, message) => {
         const record: Mutable<Message> = { server, channel, message, state: "passed" };
@@ -122,8 +152,12 @@ export class Gate implements AsyncDisposable {
       });
   }
 
-  /** Starts `count` servers and connects one real client to each. */
-  static async start(count: number): Promise<Gate> {
+  /**
+   * Starts `count` servers and connects one real client to each. With
+   * `plain`, the gated clients also have `setIfAbsent` and `pttl` (calls
+   * named "set" and "pttl"), so that the lock takes one resource by SET NX.
+   */
+  static async start(count: number, { plain = false } = {}): Promise<Gate> {
     const servers = await startServers(count);
     const real: Redis[] = [];
     try {
@@ -138,7 +172,7 @@ export class Gate implements AsyncDisposable {
       await servers.stop();
       throw error;
     }
-    return new Gate(servers, real);
+    return new Gate(servers, real, plain);
   }
 
   /** Holds the replies of the matching calls sent from now on, until delivered. */
@@ -248,22 +282,21 @@ export class Gate implements AsyncDisposable {
 
   #send(
     server: number,
-    script: LuaScript,
+    name: string,
     keys: readonly string[],
     args: readonly string[],
+    run: () => Promise<unknown>,
   ): Promise<unknown> {
-    const counted = `${script.name}@${server}`;
+    const counted = `${name}@${server}`;
     const nth = (this.#counts.get(counted) ?? 0) + 1;
     this.#counts.set(counted, nth);
-    const rule = this.#rules.find((r) =>
-      matches(r.match, script.name, server, nth, this.calls.length)
-    );
+    const rule = this.#rules.find((r) => matches(r.match, name, server, nth, this.calls.length));
     let answered!: () => void;
     let ran!: () => void;
     const call: Mutable<Call> = {
       id: this.calls.length,
       server,
-      script: script.name,
+      script: name,
       keys: [...keys],
       args: [...args],
       nth,
@@ -279,7 +312,7 @@ export class Gate implements AsyncDisposable {
       answered();
       return Promise.reject(rule.error);
     }
-    const reply = this.#real[server]!.eval(script.source, keys.length, ...keys, ...args);
+    const reply = run();
     // Settled with the reply's outcome, never rejected: the chain of a server goes on.
     const outcome = reply.then((value) => ({ value }), (error: Error) => ({ error }));
     outcome.then(() => ran());

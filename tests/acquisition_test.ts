@@ -11,6 +11,7 @@ import {
   ExecutionError,
   type ExecutionStats,
   type Lock,
+  LockConflictError,
   Redlock,
   type RedlockOptions,
   RequestTimeoutError,
@@ -26,8 +27,12 @@ interface Scripted extends AsyncDisposable {
   readonly redlock: Redlock;
 }
 
-async function scripted(count: number, options: RedlockOptions): Promise<Scripted> {
-  const gate = await Gate.start(count);
+async function scripted(
+  count: number,
+  options: RedlockOptions,
+  gateOptions: { plain?: boolean } = {},
+): Promise<Scripted> {
+  const gate = await Gate.start(count, gateOptions);
   const redlock = new Redlock(gate.clients, { subscriber: gate.subscriber, ...options });
   return {
     gate,
@@ -327,6 +332,49 @@ Deno.test(
   },
 );
 
+/**
+ * Ignored until fixed (0.2.0): the abort waits for the unsubscribe of the
+ * Redlock's wake channel, which has no time bound, whenever another acquire
+ * of the same Redlock still waits; a paused server held the rejection ~12 s.
+ */
+Deno.test({
+  name:
+    "acquire() aborted in the queue rejects at once while a server's subscriber connection hangs",
+  ignore: true,
+  fn: async () => {
+    await using env = await scripted(3, { requestTimeout: 200 });
+    const { gate, redlock } = env;
+    await heldByOther(gate, "{room}:a", [0, 1, 2]);
+    await heldByOther(gate, "queued", [0, 1, 2]);
+    // another acquire of this Redlock waits too (for the release of one of two resources)
+    const watching = new AbortController();
+    const watcher = rejection(
+      redlock.acquire(["{room}:a", "{room}:b"], 5_000, { signal: watching.signal }),
+    );
+    const abort = new AbortController();
+    const outcome = rejection(redlock.acquire("queued", 5_000, { signal: abort.signal }));
+    // each made two attempts: the first, and one as a watcher or in the queue
+    await answered(await gate.sent({ script: "acquire" }, 12));
+    const paused = gate.servers.servers[2]!;
+    await paused.pause();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const reason = new Error("stop");
+    const start = performance.now();
+    abort.abort(reason);
+    const first = await Promise.race([
+      outcome.then(() => "rejected"),
+      new Promise((resolve) => timer = setTimeout(() => resolve("still pending"), 1_000)),
+    ]);
+    const elapsed = performance.now() - start;
+    clearTimeout(timer);
+    await paused.resume();
+    assert.equal(await outcome, reason);
+    watching.abort(reason);
+    await watcher;
+    assert.equal(first, "rejected", `after ${elapsed} ms`);
+  },
+});
+
 // (4) giving up with a release in flight
 
 Deno.test(
@@ -585,6 +633,54 @@ for (const order of [[0, 1, 2], [2, 1, 0], [1, 2, 0]]) {
     },
   );
 }
+
+// one resource by SET NX (clients with setIfAbsent and pttl)
+
+Deno.test(
+  "acquire() by SET NX releases a grant that came after two conflicts had settled the round",
+  async () => {
+    await using env = await scripted(3, { wait: "poll", retryCount: 0 }, { plain: true });
+    const { gate, redlock } = env;
+    await heldByOther(gate, "plain-late", [0, 1]);
+    gate.hold({ script: "set", server: 2 });
+    const outcome = rejection(redlock.acquire("plain-late", 5_000));
+    // SET NX refused twice, then the holder's TTL asked twice: the round settles
+    await answered(await gate.sent({ script: "pttl" }, 2));
+    const [late] = gate.held({ script: "set" });
+    await gate.deliver(late!);
+    const error = await outcome;
+    assert.ok(error instanceof ResourceLockedError, String(error));
+    const [stats] = error.attempts;
+    assert.deepEqual(stats!.votesFor, [], "the grant came too late to count");
+    assert.deepEqual(against(stats!), [0, 1]);
+    const conflict = stats!.votesAgainst.get(0);
+    assert.ok(conflict instanceof LockConflictError && conflict.ttl > 9_000, String(conflict));
+    assert.deepEqual(gate.find({ script: "release" }).map((c) => c.server), [2]);
+    const [a, b, c] = await values(gate, "plain-late");
+    assert.ok(isOther(a) && isOther(b));
+    assert.equal(c, null);
+  },
+);
+
+Deno.test(
+  "acquire() by SET NX aborted mid-round rejects with signal.reason and frees every server",
+  async () => {
+    await using env = await scripted(3, { wait: "poll" }, { plain: true });
+    const { gate, redlock } = env;
+    gate.hold({ script: "set" });
+    const abort = new AbortController();
+    const outcome = rejection(redlock.acquire("plain-aborted", 5_000, { signal: abort.signal }));
+    const sets = await gate.sent({ script: "set" }, 3);
+    const reason = new Error("stop");
+    abort.abort(reason);
+    assert.equal(await outcome, reason);
+    const releases = await gate.sent({ script: "release" }, 3);
+    assert.ok(sets.every((c) => c.state === "held"), "rejected before any reply");
+    await gate.deliver(...sets);
+    await answered(releases);
+    assert.deepEqual(await values(gate, "plain-aborted"), [null, null, null]);
+  },
+);
 
 // more branches
 
