@@ -29,6 +29,12 @@ export interface RoundOptions<T, R = Tally<T>> {
   /** Called for every failure of a request, also after the round settled. */
   readonly onError: (error: Error, member: Member) => void;
   /**
+   * Called for an answer (undefined for a failure) that comes after the
+   * round settled, also when it came in the same batch as the answers that
+   * settled it.
+   */
+  readonly late?: ((member: Member, answer: T | undefined, tally: Tally<T>) => void) | undefined;
+  /**
    * Turns a reply into the answer tallied; what it throws counts as the
    * request's failure. Without it the reply is the answer. (Judging here,
    * not in a `then` of each request, saves a promise per request.)
@@ -342,7 +348,10 @@ class Round<T, R> implements Pending, Tally<T> {
         return;
       }
     }
-    if (this.#settled) return;
+    if (this.#settled) {
+      this.#options.late?.(member, value, this);
+      return;
+    }
     this.answers.set(member.index, value);
     this.#check();
   }
@@ -351,7 +360,10 @@ class Round<T, R> implements Pending, Tally<T> {
     const { failure } = this.#options;
     const error = failure === undefined ? failed : failure(failed, member);
     this.#options.onError(error, member);
-    if (this.#settled) return;
+    if (this.#settled) {
+      this.#options.late?.(member, undefined, this);
+      return;
+    }
     this.errors.set(member.index, error);
     this.#check();
   }
