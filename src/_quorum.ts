@@ -83,10 +83,9 @@ export const IDLE_MS = 10;
  * only while entries are in flight. A round that settles leaves the list;
  * the timer is left to run out, so it outlives the last round by at most
  * IDLE_MS. Rounds in flight together, or one after another, thus share one
- * timer (a Deno timer costs ~4 µs to make and clear, more than a round's own
- * work; in a loop of acquire and release that waits for every answer,
- * making one every IDLE_MS still cost ~1 µs per acquire + release, so it is
- * set again with `refresh()` instead) and deadlines are kept to the ms.
+ * timer (making a timer costs more than a round's own work; while rounds
+ * keep coming it is set again with `refresh()`), and deadlines are kept to
+ * the ms.
  * With only alarms in the list the sweeper sleeps until the earliest one
  * (no ticks during a long wait), and is cleared when the last one leaves
  * early.
@@ -201,8 +200,7 @@ function unwatch(entry: Pending): void {
   }
   // With no round left a sweeper due within IDLE_MS is not cleared: it
   // fires, finds nothing and stops, and rounds that start before then need
-  // no timer of their own. (Making and clearing a timer per round cost more
-  // than a round's own work: a loop of acquire and release ran 15 % slower.)
+  // no timer of their own (a timer per round costs more than the round).
 }
 
 /**
