@@ -27,7 +27,6 @@
 
 import {
   type Attributes,
-  context,
   type Counter,
   type Histogram,
   metrics,
@@ -276,7 +275,7 @@ class Instrumentation implements Hooks {
     const span = this.#start("redlock.acquire", resources);
     const start = performance.now();
     this.waiting++;
-    return within(span, run).then((lock) => {
+    return settle(run).then((lock) => {
       this.waiting--;
       this.#duration.record((performance.now() - start) / 1000, OUTCOMES.acquired);
       this.locks.add(lock);
@@ -300,7 +299,7 @@ class Instrumentation implements Hooks {
 
   release(lock: Lock, run: () => Promise<ExecutionResult>): Promise<ExecutionResult> {
     const span = this.#start("redlock.release", lock.resources);
-    return within(span, run).then((result) => {
+    return settle(run).then((result) => {
       this.locks.delete(lock);
       span.end();
       return result;
@@ -312,7 +311,7 @@ class Instrumentation implements Hooks {
 
   extend(lock: Lock, run: () => Promise<Lock>): Promise<Lock> {
     const span = this.#start("redlock.extend", lock.resources);
-    return within(span, run).then((extended) => {
+    return settle(run).then((extended) => {
       this.locks.add(extended);
       span.end();
       return extended;
@@ -340,10 +339,14 @@ class Instrumentation implements Hooks {
   }
 }
 
-/** Runs `run` with `span` active, so that what it starts nests under it. */
-function within<T>(span: Span, run: () => Promise<T>): Promise<T> {
+/**
+ * Runs `run`, a synchronous throw as a rejection. Not in the span's context,
+ * which costs much under `OTEL_DENO` (docs/observability.md): spans the
+ * client makes (e.g. Deno's fetch spans) are the span's siblings.
+ */
+function settle<T>(run: () => Promise<T>): Promise<T> {
   try {
-    return context.with(trace.setSpan(context.active(), span), run);
+    return run();
   } catch (error) {
     return Promise.reject(error);
   }

@@ -73,7 +73,7 @@ export class Collector implements AsyncDisposable {
   readonly spans: ReceivedSpan[] = [];
   /** Every metric data point received, export by export. */
   readonly points: ReceivedPoint[] = [];
-  /** Requests per path (`/v1/traces`, `/v1/metrics`, `/v1/logs`). */
+  /** Requests per path (`/v1/traces`, `/v1/metrics`, `/v1/logs`, or any other, answered `{}`). */
   readonly requests: Record<string, number> = {};
   /** Bytes received. */
   bytes = 0;
@@ -104,12 +104,15 @@ export class Collector implements AsyncDisposable {
     return this.#exports;
   }
 
-  /** The environment of a process that exports here as OTLP/JSON, metrics every `intervalMs`. */
-  env(intervalMs: number): Record<string, string> {
+  /**
+   * The environment of a process that exports here, metrics every
+   * `intervalMs`; only OTLP/JSON is decoded (protobuf is only counted).
+   */
+  env(intervalMs: number, protocol = "http/json"): Record<string, string> {
     return {
       OTEL_DENO: "true",
       OTEL_EXPORTER_OTLP_ENDPOINT: this.endpoint,
-      OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+      OTEL_EXPORTER_OTLP_PROTOCOL: protocol,
       OTEL_METRIC_EXPORT_INTERVAL: String(intervalMs),
       OTEL_SERVICE_NAME: "redlock-test",
     };
@@ -120,7 +123,7 @@ export class Collector implements AsyncDisposable {
     this.requests[path] = (this.requests[path] ?? 0) + 1;
     const buffer = await request.arrayBuffer();
     this.bytes += buffer.byteLength;
-    if (!this.#keep) return Response.json({});
+    if (!this.#keep || !path.startsWith("/v1/")) return Response.json({});
     const body: Json = JSON.parse(new TextDecoder().decode(buffer));
     if (path === "/v1/traces") this.#spans(body);
     if (path === "/v1/metrics") this.#metrics(body, this.#exports++);

@@ -102,6 +102,10 @@ Deno.test({
     assert.equal(byOutcome.timeout![0]!.attributes["error.type"], "TimeoutError");
     assert.match(byOutcome.aborted![0]!.status.message, /shutting down/);
     assert.equal(byOutcome.failed![0]!.attributes["error.type"], "ExecutionError");
+    // The operation does not run in its span's context: the failing server's fetch is a sibling.
+    const probes = t.spans.filter((s) => s.attributes["url.path"] === "/probe");
+    assert.ok(probes.length >= 1, "Deno's fetch span of the probe");
+    for (const probe of probes) assert.equal(probe.parentSpanId, t.report.spanId);
     const lost = extends_.find((s) => s.status.code === 2);
     assert.equal(lost?.attributes["error.type"], "LockLostError");
   },
