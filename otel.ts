@@ -2,7 +2,7 @@
  * OpenTelemetry for a {@linkcode Redlock}: spans and metrics through
  * `npm:@opentelemetry/api`, which Deno's built-in OpenTelemetry serves when
  * the process runs with `OTEL_DENO=true` (and Deno Deploy always). Without
- * registered providers the API is a no-op, and so is the instrumentation.
+ * registered providers `instrument()` installs nothing and costs nothing.
  *
  * Spans `redlock.acquire`, `redlock.release` and `redlock.extend` nest under
  * the caller's active span. Metrics: `redlock.acquire.duration` (histogram,
@@ -28,10 +28,12 @@
 import {
   type Attributes,
   type Counter,
+  createNoopMeter,
   type Histogram,
   metrics,
   type ObservableResult,
   type ObservableUpDownCounter,
+  ProxyTracerProvider,
   type Span,
   SpanStatusCode,
   trace,
@@ -91,7 +93,8 @@ const OUTCOMES: { readonly [K in AcquireOutcome]: Attributes } = {
 /**
  * Records a Redlock's operations as OpenTelemetry spans and metrics (see
  * the module documentation for their names) with the global tracer and
- * meter providers: Deno's own with `OTEL_DENO=true`, no-ops otherwise.
+ * meter providers: Deno's own with `OTEL_DENO=true`. While neither is
+ * registered it installs nothing, so register an SDK's (Node, Bun) first.
  *
  * @param redlock The Redlock to instrument.
  * @param options Whether spans name the resources.
@@ -116,6 +119,7 @@ export function instrument(redlock: Redlock, options?: InstrumentOptions): () =>
   }
   const opts = checkOptions(options);
   if (HOOKS.has(redlock)) throw new TypeError(`redlock is instrumented already: ${redlock}`);
+  if (noProviders()) return nothing;
   const instrumentation = new Instrumentation(opts);
   HOOKS.set(redlock, instrumentation);
   GAUGES.join(instrumentation);
@@ -127,6 +131,15 @@ export function instrument(redlock: Redlock, options?: InstrumentOptions): () =>
     offError();
     offLost();
   };
+}
+
+const nothing = (): void => {};
+
+/** Whether the global providers are the API's no-ops: no `OTEL_DENO`, no SDK registered. */
+function noProviders(): boolean {
+  const tracing = trace.getTracerProvider();
+  return tracing instanceof ProxyTracerProvider && tracing.getDelegateTracer(SCOPE) === undefined &&
+    metrics.getMeter(SCOPE) === createNoopMeter();
 }
 
 function checkOptions(options: InstrumentOptions | undefined): InstrumentOptions {
