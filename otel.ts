@@ -120,14 +120,15 @@ export function instrument(redlock: Redlock, options?: InstrumentOptions): () =>
   const opts = checkOptions(options);
   if (HOOKS.has(redlock)) throw new TypeError(`redlock is instrumented already: ${redlock}`);
   if (noProviders()) return nothing;
-  const instrumentation = new Instrumentation(opts);
+  const shared = telemetry ??= new Telemetry();
+  const instrumentation = new Instrumentation(shared, opts);
   HOOKS.set(redlock, instrumentation);
-  GAUGES.join(instrumentation);
+  shared.join(instrumentation);
   const offError = redlock.on("error", (error, event) => instrumentation.serverError(error, event));
   const offLost = redlock.on("lost", (event) => instrumentation.lost(event));
   return () => {
     if (HOOKS.get(redlock) === instrumentation) HOOKS.delete(redlock);
-    GAUGES.leave(instrumentation);
+    shared.leave(instrumentation);
     offError();
     offLost();
   };
@@ -195,88 +196,94 @@ class HeldLocks {
 }
 
 /**
- * `redlock.locks.held` and `redlock.acquire.waiting` over every live
- * instrumentation of the process, observed when metrics are collected, so
- * that they cost an operation nothing. Their callbacks are registered
- * while an instrumentation lives.
+ * The process's tracer and instruments, made by the first `instrument()`
+ * (after the providers are registered) and shared by every Redlock.
+ * `redlock.locks.held` and `redlock.acquire.waiting` sum over the live
+ * instrumentations when metrics are collected, so that they cost an
+ * operation nothing; their callbacks are registered while one lives.
  */
-class Gauges {
-  readonly #live = new Set<Instrumentation>();
-  #instruments: [held: ObservableUpDownCounter, waiting: ObservableUpDownCounter] | undefined;
-  readonly #held = (result: ObservableResult) => {
-    let held = 0;
-    for (const instrumentation of this.#live) held += instrumentation.locks.count();
-    result.observe(held);
-  };
-  readonly #waiting = (result: ObservableResult) => {
-    let waiting = 0;
-    for (const instrumentation of this.#live) waiting += instrumentation.waiting;
-    result.observe(waiting);
-  };
+class Telemetry {
+  readonly tracer: Tracer = trace.getTracer(SCOPE);
+  readonly duration: Histogram;
+  readonly lost: Counter;
+  readonly serverErrors: Counter;
+  readonly #held: ObservableUpDownCounter;
+  readonly #waiting: ObservableUpDownCounter;
+  /** Weakly: a Redlock dropped without uninstalling is not kept alive. */
+  readonly #live = new Set<WeakRef<Instrumentation>>();
+  readonly #observeHeld = (result: ObservableResult) =>
+    result.observe(this.#sum((i) => i.locks.count()));
+  readonly #observeWaiting = (result: ObservableResult) =>
+    result.observe(this.#sum((i) => i.waiting));
 
-  /** Starts observing `instrumentation`. */
-  join(instrumentation: Instrumentation): void {
-    if (this.#live.size === 0) {
-      const [held, waiting] = this.#instruments ??= Gauges.#create();
-      held.addCallback(this.#held);
-      waiting.addCallback(this.#waiting);
-    }
-    this.#live.add(instrumentation);
-  }
-
-  /** Stops observing `instrumentation`. */
-  leave(instrumentation: Instrumentation): void {
-    if (!this.#live.delete(instrumentation) || this.#live.size > 0) return;
-    const [held, waiting] = this.#instruments!;
-    held.removeCallback(this.#held);
-    waiting.removeCallback(this.#waiting);
-  }
-
-  static #create(): [ObservableUpDownCounter, ObservableUpDownCounter] {
+  constructor() {
     const meter = metrics.getMeter(SCOPE);
-    return [
-      meter.createObservableUpDownCounter("redlock.locks.held", {
-        description: "Locks acquired and not yet released, lost or expired",
-        unit: "{lock}",
-      }),
-      meter.createObservableUpDownCounter("redlock.acquire.waiting", {
-        description: "Acquires in progress",
-        unit: "{acquire}",
-      }),
-    ];
-  }
-}
-
-const GAUGES = new Gauges();
-
-/** The hooks and listeners of one instrumented Redlock. */
-class Instrumentation implements Hooks {
-  /** The locks it saw acquired and not yet released or lost. */
-  readonly locks = new HeldLocks();
-  /** Acquires in progress. */
-  waiting = 0;
-  readonly #tracer: Tracer;
-  readonly #duration: Histogram;
-  readonly #lost: Counter;
-  readonly #serverErrors: Counter;
-  readonly #spanResources: boolean;
-
-  constructor(options: InstrumentOptions) {
-    this.#tracer = trace.getTracer(SCOPE);
-    const meter = metrics.getMeter(SCOPE);
-    this.#duration = meter.createHistogram("redlock.acquire.duration", {
+    this.duration = meter.createHistogram("redlock.acquire.duration", {
       description: "Time from the call of an acquire until it had the lock or gave up",
       unit: "s",
       advice: { explicitBucketBoundaries: BOUNDS },
     });
-    this.#lost = meter.createCounter("redlock.lock.lost", {
+    this.lost = meter.createCounter("redlock.lock.lost", {
       description: "Locks found lost by an extension (also using()'s automatic ones)",
       unit: "{lock}",
     });
-    this.#serverErrors = meter.createCounter("redlock.server.errors", {
+    this.serverErrors = meter.createCounter("redlock.server.errors", {
       description: "Failed requests by server index (-1: an error of a whole operation)",
       unit: "{error}",
     });
+    this.#held = meter.createObservableUpDownCounter("redlock.locks.held", {
+      description: "Locks acquired and not yet released, lost or expired",
+      unit: "{lock}",
+    });
+    this.#waiting = meter.createObservableUpDownCounter("redlock.acquire.waiting", {
+      description: "Acquires in progress",
+      unit: "{acquire}",
+    });
+  }
+
+  /** Starts observing `instrumentation`. */
+  join(instrumentation: Instrumentation): void {
+    if (this.#live.size === 0) {
+      this.#held.addCallback(this.#observeHeld);
+      this.#waiting.addCallback(this.#observeWaiting);
+    }
+    this.#live.add(instrumentation.ref);
+  }
+
+  /** Stops observing `instrumentation`. */
+  leave(instrumentation: Instrumentation): void {
+    if (!this.#live.delete(instrumentation.ref) || this.#live.size > 0) return;
+    this.#held.removeCallback(this.#observeHeld);
+    this.#waiting.removeCallback(this.#observeWaiting);
+  }
+
+  /** Sums `of` over the live instrumentations, forgetting collected ones. */
+  #sum(of: (instrumentation: Instrumentation) => number): number {
+    let sum = 0;
+    for (const ref of this.#live) {
+      const instrumentation = ref.deref();
+      if (instrumentation === undefined) this.#live.delete(ref);
+      else sum += of(instrumentation);
+    }
+    return sum;
+  }
+}
+
+let telemetry: Telemetry | undefined;
+
+/** The hooks and listeners of one instrumented Redlock. */
+class Instrumentation implements Hooks {
+  /** How {@linkcode Telemetry} holds it. */
+  readonly ref: WeakRef<Instrumentation> = new WeakRef(this);
+  /** The locks it saw acquired and not yet released or lost. */
+  readonly locks = new HeldLocks();
+  /** Acquires in progress. */
+  waiting = 0;
+  readonly #telemetry: Telemetry;
+  readonly #spanResources: boolean;
+
+  constructor(telemetry: Telemetry, options: InstrumentOptions) {
+    this.#telemetry = telemetry;
     this.#spanResources = options.spanResources ?? false;
   }
 
@@ -290,7 +297,7 @@ class Instrumentation implements Hooks {
     this.waiting++;
     return settle(run).then((lock) => {
       this.waiting--;
-      this.#duration.record((performance.now() - start) / 1000, OUTCOMES.acquired);
+      this.#telemetry.duration.record((performance.now() - start) / 1000, OUTCOMES.acquired);
       this.locks.add(lock);
       // Only what differs from the usual (one attempt, no handoff, no token): attributes cost.
       if (lock.attempts.length > 1) span.setAttribute("redlock.attempts", lock.attempts.length);
@@ -303,7 +310,7 @@ class Instrumentation implements Hooks {
     }, (error) => {
       const outcome = outcomeOf(error, signal);
       this.waiting--;
-      this.#duration.record((performance.now() - start) / 1000, OUTCOMES[outcome]);
+      this.#telemetry.duration.record((performance.now() - start) / 1000, OUTCOMES[outcome]);
       span.setAttribute("redlock.outcome", outcome);
       fail(span, error);
       throw error;
@@ -336,19 +343,21 @@ class Instrumentation implements Hooks {
 
   /** A `"lost"` event: counted, and the lock is no longer held. */
   lost(event: LockLostEvent): void {
-    this.#lost.add(1);
+    this.#telemetry.lost.add(1);
     this.locks.delete(event.lock);
   }
 
   /** An `"error"` event: counted by server index. */
   serverError(error: Error, event: { readonly server: number }): void {
-    this.#serverErrors.add(1, { server: event.server, "error.type": error.name });
+    this.#telemetry.serverErrors.add(1, { server: event.server, "error.type": error.name });
   }
 
   #start(name: string, resources: readonly string[]): Span {
     return this.#spanResources
-      ? this.#tracer.startSpan(name, { attributes: { "redlock.resources": [...resources] } })
-      : this.#tracer.startSpan(name);
+      ? this.#telemetry.tracer.startSpan(name, {
+        attributes: { "redlock.resources": [...resources] },
+      })
+      : this.#telemetry.tracer.startSpan(name);
   }
 }
 
