@@ -50,8 +50,12 @@ export {
 } from "./src/errors.ts";
 export { RedlockErrorEvent } from "./src/error_event.ts";
 export {
+  bunRedisClient,
+  type BunRedisLike,
   denoRedisClient,
   type DenoRedisLike,
+  glideClient,
+  type GlideLike,
   ioredisClient,
   type IoredisLike,
   nodeRedisClient,
