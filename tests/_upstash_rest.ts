@@ -106,7 +106,8 @@ export class UpstashRest implements AsyncDisposable {
     if (!Array.isArray(command) || command.length === 0) {
       return Promise.reject(new Error("ERR a command is a non-empty JSON array"));
     }
-    return this.#commands.send(...command.map(String));
+    const [name, ...args] = command.map(String);
+    return this.#commands.sendCommand(name!, args);
   }
 
   /** An event stream of `subscribe,<channel>,<count>` and `message,<channel>,<payload>` lines. */
@@ -130,7 +131,7 @@ export class UpstashRest implements AsyncDisposable {
         this.#streams.add(stop);
         (async () => {
           try {
-            await connection.send("SUBSCRIBE", channel);
+            await connection.sendCommand("SUBSCRIBE", [channel]);
             controller.enqueue(encoder.encode(`data: subscribe,${channel},1\n\n`));
             for (;;) {
               const push = await connection.read();
