@@ -736,19 +736,20 @@ export class Redlock extends EventTarget implements LockOwner {
   /** Acquires, bounded by `timeout` when given, through the hooks and with the event. */
   #acquire(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
     const hooks = HOOKS.get(this);
-    const run = () => this.#acquireNow(request, timeout);
-    return hooks === undefined ? run() : hooks.acquire(request.keys, run, request.signal);
+    if (hooks === undefined) return this.#acquireNow(request, timeout);
+    return hooks.acquire(request.keys, () => this.#acquireNow(request, timeout), request.signal);
   }
 
   #acquireNow(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
-    const start = now();
+    const listened = this.#listened("acquired");
+    const start = listened ? now() : 0;
     let acquiring: Promise<Lock>;
     if (timeout === undefined) acquiring = acquire(this.#context, request);
     else {
       const { signal, dispose } = deadline(request.signal, timeout);
       acquiring = acquire(this.#context, { ...request, signal }).finally(dispose);
     }
-    if (!this.#listened("acquired")) return acquiring;
+    if (!listened) return acquiring;
     return acquiring.then((lock) => {
       const waited = now() - start;
       this.dispatchEvent(new LockAcquiredEvent({ lock, waited, handoff: wasHandedOver(lock) }));
@@ -782,24 +783,24 @@ export class Redlock extends EventTarget implements LockOwner {
   /** Releases, through the hooks and with the event. */
   #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
     const hooks = HOOKS.get(this);
-    const run = () => this.#releaseNow(lock, settings);
-    return hooks === undefined ? run() : hooks.release(lock, run);
+    if (hooks === undefined) return this.#releaseNow(lock, settings);
+    return hooks.release(lock, () => this.#releaseNow(lock, settings));
   }
 
   /** One round of RELEASE: settles on a quorum. */
-  async #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
+  #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
     const keys = lock.resources;
     const call = releaseCall(keys, lock.value, String(settings.requestTimeout));
-    const ballot = await this.#servers.release(
-      this.#servers.sender(RELEASE, call),
-      settings.requestTimeout,
-      now(),
-    );
-    if (!ballot.ok) {
-      throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [ballot.stats]);
-    }
-    if (this.#listened("released")) this.dispatchEvent(new LockReleasedEvent(lock));
-    return { attempts: [ballot.stats] };
+    const send = this.#servers.sender(RELEASE, call);
+    return this.#servers.release(send, settings.requestTimeout, now()).then((ballot) => {
+      if (!ballot.ok) {
+        throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [
+          ballot.stats,
+        ]);
+      }
+      if (this.#listened("released")) this.dispatchEvent(new LockReleasedEvent(lock));
+      return { attempts: [ballot.stats] };
+    });
   }
 
   #inspect(
