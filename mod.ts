@@ -39,6 +39,7 @@ export type {
   UsingRoutine,
 } from "./src/redlock.ts";
 export { Lock, type LockInit } from "./src/lock.ts";
+export { lead, type LeadContext, type LeadOptions, type LeadRoutine } from "./src/lead.ts";
 export {
   ExecutionError,
   type ExecutionResult,
