@@ -7,7 +7,8 @@
  */
 
 import type { Lock } from "./lock.ts";
-import type { Redlock, UsingContext, UsingOptions } from "./redlock.ts";
+import type { UsingContext, UsingOptions } from "./options.ts";
+import type { Redlock } from "./redlock.ts";
 import { delay } from "./_delay.ts";
 import { checkDuration, checkResources, describeValue } from "./_validate.ts";
 
