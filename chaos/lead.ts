@@ -11,6 +11,7 @@
  * ```sh
  * deno task chaos:lead                        # 30 s, random seed
  * deno task chaos:lead --seconds 20 --seed 1  # what CI runs
+ * deno task chaos:lead --forgetful --faults server-kill   # servers without persistence
  * ```
  *
  * Exits 0 when safe, 1 when two leaders overlapped, 2 on a usage or setup error.
@@ -167,8 +168,14 @@ export interface LeadChaosOptions {
   readonly faults?: readonly Fault[];
   /** The campaigners' wait mode. */
   readonly wait?: "notify" | "poll";
-  /** Persist with AOF (appendfsync always), so restarts keep fencing counters. */
+  /**
+   * Persist with AOF (appendfsync always), so that restarts keep the fencing
+   * counters and terms must grow; without, terms may go back after a
+   * majority restarted empty, and only overlaps are checked. Default true.
+   */
   readonly aof?: boolean;
+  /** Keep the terms log and print where it is. */
+  readonly keep?: boolean;
   readonly log?: (line: string) => void;
 }
 
@@ -181,12 +188,15 @@ export async function runLeadChaos(options: LeadChaosOptions): Promise<boolean> 
     FAULTS.map((f) => [f, options.faults && !options.faults.includes(f) ? 0 : WEIGHTS[f]]),
   ) as Record<Fault, number>;
   const wait = options.wait ?? "notify";
+  const aof = options.aof ?? true;
   log(
     `chaos:lead: seed ${options.seed}, ${options.seconds} s, ${options.campaigners} campaigners, ` +
-      `lease ${lease} ms, wait ${wait}, 3 servers${options.aof ? " with AOF" : ""}, faults ` +
+      `lease ${lease} ms, wait ${wait}, 3 servers ${
+        aof ? "with AOF" : "without persistence"
+      }, faults ` +
       FAULTS.filter((f) => weights[f] > 0).join(","),
   );
-  await using servers = await startServers(3, { aof: options.aof ?? false });
+  await using servers = await startServers(3, { aof });
   const dir = await Deno.makeTempDir({ prefix: "redlock-chaos-lead-" });
   const file = `${dir}/terms.log`;
   const campaigners = new Campaigners(file, lease, wait, servers.ports);
@@ -248,14 +258,18 @@ export async function runLeadChaos(options: LeadChaosOptions): Promise<boolean> 
           `(pid ${o.second.pid}) were both valid for ${o.ms} ms`,
       );
     }
-    for (const [a, b] of unordered) log(`  TERMS: ${b.term} began after ${a.term}`);
-    const safe = overlaps.length === 0 && unordered.length === 0 && terms.length > 1;
+    for (const [a, b] of unordered) {
+      log(
+        `  TERMS: ${b.term} began after ${a.term}${aof ? "" : " (expected without persistence)"}`,
+      );
+    }
+    const safe = overlaps.length === 0 && (unordered.length === 0 || !aof) && terms.length > 1;
     if (terms.length <= 1) log("  too few terms to tell: no failover happened");
     log(safe ? "SAFE: never two valid leaders at once, terms grew" : "UNSAFE");
     return safe;
   } finally {
     await campaigners.stop();
-    if (Deno.env.get("KEEP")) log(`kept ${dir}`);
+    if (options.keep) log(`kept ${dir}/terms.log`);
     else await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
 }
@@ -272,7 +286,8 @@ if (import.meta.main) {
         lease: { type: "string", default: "800" },
         faults: { type: "string", default: FAULTS.join(",") },
         wait: { type: "string", default: "notify" },
-        aof: { type: "boolean", default: false },
+        forgetful: { type: "boolean", default: false },
+        keep: { type: "boolean", default: false },
       },
     });
     const faults = values.faults.split(",") as Fault[];
@@ -293,11 +308,13 @@ if (import.meta.main) {
         throw new RangeError(`--${key} must be a positive integer, got ${value}`);
       }
     }
-    options = { ...options, faults, wait: values.wait, aof: values.aof };
+    options = { ...options, faults, wait: values.wait, aof: !values.forgetful, keep: values.keep };
   } catch (error) {
     console.error(`${(error as Error).message}
 usage: deno task chaos:lead [--seconds N] [--seed N] [--campaigners N] [--lease ms]
-                           [--faults ${FAULTS.join(",")}] [--wait notify|poll] [--aof]`);
+                           [--faults ${
+      FAULTS.join(",")
+    }] [--wait notify|poll] [--forgetful] [--keep]`);
     Deno.exit(2);
   }
   Deno.exit(await runLeadChaos(options) ? 0 : 1);
