@@ -51,6 +51,14 @@ export {
 } from "./src/errors.ts";
 export { RedlockErrorEvent } from "./src/error_event.ts";
 export {
+  type AcquiredDetail,
+  LockAcquiredEvent,
+  LockExtendedEvent,
+  LockLostEvent,
+  LockReleasedEvent,
+  type RedlockEventMap,
+} from "./src/events.ts";
+export {
   denoRedisClient,
   type DenoRedisLike,
   ioredisClient,

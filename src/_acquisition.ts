@@ -57,6 +57,14 @@ export interface AcquireRequest {
   readonly value: string;
 }
 
+/** Locks that a release handed over (no round of requests took them). */
+const handedOver = new WeakSet<Lock>();
+
+/** Whether a release handed `lock` over to its acquire. */
+export function wasHandedOver(lock: Lock): boolean {
+  return handedOver.has(lock);
+}
+
 /** An attempt's round: when it started and how the servers voted. */
 interface Attempt {
   readonly start: number;
@@ -385,7 +393,9 @@ class Acquisition {
       elapsed: end - this.#queuedAt,
     });
     this.#queued = false;
-    return this.#lock(until, undefined);
+    const lock = this.#lock(until, undefined);
+    handedOver.add(lock);
+    return lock;
   }
 
   /**
