@@ -10,7 +10,7 @@ import type { Lock } from "./lock.ts";
 import type { UsingContext, UsingOptions } from "./options.ts";
 import type { Redlock } from "./redlock.ts";
 import { delay } from "./_delay.ts";
-import { checkDuration, checkResources, describeValue } from "./_validate.ts";
+import { checkDuration, describeValue } from "./_validate.ts";
 
 /** Options of {@linkcode lead} and `Redlock.lead()`. */
 export interface LeadOptions extends Omit<UsingOptions, "fencing" | "retryCount" | "timeout"> {
@@ -165,10 +165,10 @@ export async function lead(
   routine: LeadRoutine,
   options: LeadOptions = {},
 ): Promise<void> {
-  checkResources(name, "name");
   if (typeof name !== "string") {
     throw new TypeError(`name must be a string, got ${describeValue(name)}`);
   }
+  if (name === "") throw new RangeError(`name must not be empty, got ""`);
   checkDuration(duration);
   if (typeof routine !== "function") {
     throw new TypeError(`routine must be a function, got ${describeValue(routine)}`);

@@ -10,7 +10,7 @@ Deno.test("lead() rejects bad arguments before any request", async () => {
   const redlock = new Redlock([{ evalScript: () => Promise.resolve(calls++) }]);
   const routine = () => {};
   const bad: [unknown[], typeof TypeError | typeof RangeError, RegExp][] = [
-    [["", 1_000, routine], RangeError, /name\[0\] must not be empty/],
+    [["", 1_000, routine], RangeError, /name must not be empty, got ""/],
     [[["a", "b"], 1_000, routine], TypeError, /name must be a string, got an array of 2/],
     [["a", 0, routine], RangeError, /duration .* got 0/],
     [["a", NaN, routine], RangeError, /duration .* got NaN/],
