@@ -127,16 +127,15 @@ for (const reply of ["its grant", "an error"] as const) {
 }
 
 /**
- * Ignored until the acquire is fixed (known bug of 0.2.0): a queued
- * attempt's reply that reaches the lock after its round settled but before
- * the loop noted that the round settled is neither counted nor dealt with as
- * a late answer. Here: a grant stays on the server, with the acquire's value,
- * until a later attempt counts it or the lease ends.
+ * A bug of 0.2.0, fixed in 0.3.0: a queued attempt's reply that reached the
+ * lock after its round settled but before the loop noted that it settled
+ * was neither counted nor dealt with as a late answer: a grant stayed on the
+ * server, with the acquire's value, until the lease ended. The round now
+ * tells its own late answers.
  */
 Deno.test({
   name:
     "a queued acquire releases a key granted in the same batch as the conflicts that settled its round",
-  ignore: true,
   fn: async () => {
     await using env = await scripted(3, { requestTimeout: 1_000, retryCount: -1 });
     const { gate, redlock } = env;
@@ -171,13 +170,12 @@ Deno.test({
 });
 
 /**
- * Ignored until the acquire is fixed (same bug as above): a conflict that
- * comes right behind the grant leaves the acquire's entry in that server's
- * queue, so that its next release hands the key to an acquire that is gone.
+ * The same bug of 0.2.0: a conflict that came right behind the grant left the
+ * acquire's entry in that server's queue, so that its next release handed the
+ * key to an acquire that was gone.
  */
 Deno.test({
   name: "a queued acquire leaves the queue of a conflict that came in the same batch as the grant",
-  ignore: true,
   fn: async () => {
     await using env = await scripted(3, { requestTimeout: 100, retryCount: -1 });
     const { gate, redlock } = env;
@@ -342,14 +340,13 @@ Deno.test(
 );
 
 /**
- * Ignored until fixed (0.2.0): the abort waits for the unsubscribe of the
- * Redlock's wake channel, which has no time bound, whenever another acquire
- * of the same Redlock still waits; a paused server held the rejection ~12 s.
+ * A bug of 0.2.0, fixed in 0.3.0: the abort waited for the unsubscribe of the
+ * Redlock's wake channel, which had no time bound, whenever another acquire
+ * of the same Redlock still waited; a paused server held the rejection ~12 s.
  */
 Deno.test({
   name:
     "acquire() aborted in the queue rejects at once while a server's subscriber connection hangs",
-  ignore: true,
   fn: async () => {
     await using env = await scripted(3, { requestTimeout: 200 });
     const { gate, redlock } = env;
