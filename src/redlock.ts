@@ -22,6 +22,7 @@ import {
   type RedlockEventMap,
 } from "./events.ts";
 import type { Lock, LockOwner } from "./lock.ts";
+import { lead, type LeadOptions, type LeadRoutine } from "./lead.ts";
 import type {
   AcquireOptions,
   ExtendOptions,
@@ -821,5 +822,39 @@ export class Redlock extends EventTarget implements LockOwner {
       what,
       everyServer,
     });
+  }
+
+  /**
+   * Campaigns for leadership of `name` until `options.signal` aborts: waits
+   * for the lock (woken by its release), runs `routine` while holding it with
+   * automatic extension, then releases it and campaigns again. The routine's
+   * signal aborts with a {@linkcode LockLostError} when leadership is lost; a
+   * routine's error is an `"error"` event, and campaigning goes on after a
+   * backoff. See {@linkcode lead}.
+   *
+   * @param name The name of the leadership (one Redis key).
+   * @param duration The lease in ms, renewed before it ends.
+   * @param routine The leader's work for one term; `context.term` is a
+   * fencing token that strictly increases from leader to leader.
+   * @param options Per-call overrides and the signal that stops campaigning.
+   * @returns A promise that resolves once `options.signal` aborted, the
+   * routine settled and the lock was released.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {RangeError} On an out-of-range argument, before any request.
+   *
+   * @example Running a scheduler on one instance at a time
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const shutdown = new AbortController();
+   * Deno.addSignalListener("SIGINT", () => shutdown.abort());
+   * await redlock.lead("scheduler", 10_000, async (signal, { term }) => {
+   *   console.log(`leading in term ${term}`);
+   *   await new Promise((resolve) => signal.addEventListener("abort", resolve));
+   * }, { signal: shutdown.signal });
+   * ```
+   */
+  lead(name: string, duration: number, routine: LeadRoutine, options?: LeadOptions): Promise<void> {
+    return lead(this, name, duration, routine, options);
   }
 }
