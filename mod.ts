@@ -26,7 +26,7 @@
  * @module
  */
 
-export { Redlock, Redlock as default } from "./src/redlock.ts";
+export { Redlock, Redlock as default, type RedlockSummary } from "./src/redlock.ts";
 export type {
   AcquireOptions,
   ExtendOptions,
@@ -37,8 +37,8 @@ export type {
   UsingContext,
   UsingOptions,
   UsingRoutine,
-} from "./src/redlock.ts";
-export { Lock, type LockInit } from "./src/lock.ts";
+} from "./src/options.ts";
+export { Lock, type LockInit, type LockOwner, type LockSummary } from "./src/lock.ts";
 export {
   ExecutionError,
   type ExecutionResult,

@@ -1,3 +1,5 @@
+import { Lock } from "./lock.ts";
+
 /** A short description of a value for error messages. */
 export function describeValue(value: unknown): string {
   if (typeof value === "string") return JSON.stringify(value);
@@ -40,6 +42,23 @@ export function checkResources(resources: unknown, name = "resources"): string[]
     list.push(resource);
   }
   return list;
+}
+
+/** Checks one resource: a non-empty string. */
+export function checkResource(resource: unknown, name: string): string {
+  if (typeof resource !== "string") {
+    throw new TypeError(`${name} must be a string, got ${describeValue(resource)}`);
+  }
+  if (resource === "") throw new RangeError(`${name} must not be empty, got ""`);
+  return resource;
+}
+
+/** Checks that `lock` is a Lock. */
+export function checkLock(lock: unknown, name = "lock"): Lock {
+  if (!(lock instanceof Lock)) {
+    throw new TypeError(`${name} must be a Lock, got ${describeValue(lock)}`);
+  }
+  return lock;
 }
 
 /** Checks a lease length in ms: an integer from 1 to 2^31 − 1. */

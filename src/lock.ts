@@ -5,13 +5,52 @@
  */
 
 import type { ExecutionResult, ExecutionStats } from "./errors.ts";
-import type { ExtendOptions, Redlock, ReleaseOptions } from "./redlock.ts";
+import type { ExtendOptions, ReleaseOptions } from "./options.ts";
 import { now, toEpoch } from "./_time.ts";
 
-/** What a {@linkcode Lock} is made of; Redlock fills it in. */
+/**
+ * What made a lock, and what its {@linkcode Lock.release},
+ * {@linkcode Lock.extend} and {@linkcode Lock.isValid} delegate to: a
+ * `Redlock`, or anything else that hands out locks.
+ */
+export interface LockOwner {
+  /**
+   * Releases `lock` on its servers.
+   *
+   * @param lock The lock.
+   * @param options Per-call overrides.
+   * @returns The stats of the release.
+   */
+  release(lock: Lock, options?: ReleaseOptions): Promise<ExecutionResult>;
+  /**
+   * Extends `lock` to `duration` ms.
+   *
+   * @param lock The lock.
+   * @param duration The new lease in ms.
+   * @param options Per-call overrides.
+   * @returns The extended lock.
+   */
+  extend(lock: Lock, duration: number, options?: ExtendOptions): Promise<Lock>;
+  /**
+   * Whether `lock` is still held.
+   *
+   * @param lock The lock.
+   * @returns True while it holds.
+   */
+  isValid(lock: Lock): Promise<boolean>;
+  /**
+   * Reports an error that cannot be thrown (a failed release at the end of
+   * `await using`).
+   *
+   * @param error The error.
+   */
+  reportError(error: unknown): void;
+}
+
+/** What a {@linkcode Lock} is made of; its owner fills it in. */
 export interface LockInit {
-  /** The Redlock that took the lock. */
-  readonly redlock: Redlock;
+  /** What made the lock, and releases and extends it. */
+  readonly owner: LockOwner;
   /** The locked resources (Redis keys). */
   readonly resources: readonly string[];
   /** The random value that marks the lock as ours on every server. */
@@ -24,6 +63,18 @@ export interface LockInit {
   readonly fencingToken?: number | undefined;
 }
 
+/** What a lock shows of itself in logs: never its value, never its owner's clients. */
+export interface LockSummary {
+  /** The locked resources. */
+  readonly resources: readonly string[];
+  /** When the lock stops being valid, as an ISO 8601 date. */
+  readonly expiration: string;
+  /** The ms of validity left (0 once released or expired). */
+  readonly remainingTime: number;
+  /** The fencing token, when the lock has one. */
+  readonly fencingToken?: number;
+}
+
 /** `list` itself when it is frozen already, else a frozen copy. */
 function frozen<T>(list: readonly T[]): readonly T[] {
   return Object.isFrozen(list) ? list : Object.freeze([...list]);
@@ -32,6 +83,10 @@ function frozen<T>(list: readonly T[]): readonly T[] {
 /**
  * A lock held on a quorum of servers until {@linkcode Lock.expiration}.
  * Release it with {@linkcode Lock.release} or let `await using` do it.
+ *
+ * Logged (`JSON.stringify`, `String()`, `console.log`), a lock shows its
+ * resources, expiration and fencing token, but not its value: whoever knows
+ * the value can release and extend the lock.
  *
  * @example Releasing at the end of a block
  * ```ts no-eval
@@ -44,13 +99,11 @@ function frozen<T>(list: readonly T[]): readonly T[] {
  * ```
  */
 export class Lock implements AsyncDisposable {
-  /** The Redlock that took the lock. */
-  readonly redlock: Redlock;
   /** The locked resources (Redis keys). */
   readonly resources: readonly string[];
   /**
-   * The random value that marks the lock as ours on every server. A key
-   * somebody queued for holds it with `"!"` appended.
+   * The random value that marks the lock as ours on every server. Whoever
+   * knows it can release and extend the lock: keep it out of logs.
    */
   readonly value: string;
   /** The stats of every attempt it took, oldest first. */
@@ -65,16 +118,18 @@ export class Lock implements AsyncDisposable {
    * lock was taken with `fencing: true`; `undefined` otherwise.
    */
   readonly fencingToken: number | undefined;
-  #validUntil: number;
+  readonly #owner: LockOwner;
+  readonly #validUntil: number;
   #released = false;
 
   /**
-   * Made by {@linkcode Redlock}; not meant to be called directly.
+   * Made by a `Redlock` (or another {@linkcode LockOwner}); not meant to be
+   * called directly.
    *
    * @param init What the lock is made of.
    */
   constructor(init: LockInit) {
-    this.redlock = init.redlock;
+    this.#owner = init.owner;
     this.resources = frozen(init.resources);
     this.value = init.value;
     this.attempts = frozen(init.attempts);
@@ -83,9 +138,9 @@ export class Lock implements AsyncDisposable {
     this.fencingToken = init.fencingToken;
   }
 
-  /** The ms of validity left on the monotonic clock; 0 once expired. */
+  /** The ms of validity left on the monotonic clock; 0 once expired or released. */
   get remainingTime(): number {
-    return Math.max(0, this.#validUntil - now());
+    return this.#released ? 0 : Math.max(0, this.#validUntil - now());
   }
 
   /**
@@ -106,7 +161,7 @@ export class Lock implements AsyncDisposable {
    */
   release(options?: ReleaseOptions): Promise<ExecutionResult> {
     this.#released = true;
-    return this.redlock.release(this, options);
+    return this.#owner.release(this, options);
   }
 
   /**
@@ -127,7 +182,7 @@ export class Lock implements AsyncDisposable {
    * ```
    */
   extend(duration: number, options?: ExtendOptions): Promise<Lock> {
-    return this.redlock.extend(this, duration, options);
+    return this.#owner.extend(this, duration, options);
   }
 
   /**
@@ -145,12 +200,12 @@ export class Lock implements AsyncDisposable {
    * ```
    */
   isValid(): Promise<boolean> {
-    return this.redlock.isValid(this);
+    return this.#owner.isValid(this);
   }
 
   /**
    * Releases the lock unless {@linkcode Lock.release} was called already; for
-   * `await using`. A failed release is dispatched as an `error` event on the
+   * `await using`. A failed release is reported as an `error` event on the
    * Redlock rather than thrown (the lock expires on its own).
    *
    * @returns A promise that settles once the release has.
@@ -160,7 +215,80 @@ export class Lock implements AsyncDisposable {
     try {
       await this.release();
     } catch (error) {
-      this.redlock.reportError(error);
+      this.#owner.reportError(error);
     }
+  }
+
+  /**
+   * What the lock shows in logs: resources, expiration, remaining time and
+   * fencing token, never the value.
+   *
+   * @returns A plain summary of the lock.
+   *
+   * @example Logging a lock
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const lock = await redlock.acquire("a", 1_000);
+   * console.log(JSON.stringify(lock)); // {"resources":["a"],"expiration":"…",…}
+   * ```
+   */
+  toJSON(): LockSummary {
+    const summary = {
+      resources: this.resources,
+      expiration: new Date(this.expiration).toISOString(),
+      remainingTime: Math.round(this.remainingTime),
+    };
+    return this.fencingToken === undefined
+      ? summary
+      : { ...summary, fencingToken: this.fencingToken };
+  }
+
+  /**
+   * A one-line description: resources, expiration and fencing token.
+   *
+   * @returns E.g. `Lock(["a"] until 2026-11-23T10:00:00.000Z)`.
+   *
+   * @example Printing a lock
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * console.log(String(await redlock.acquire("a", 1_000)));
+   * ```
+   */
+  toString(): string {
+    const { resources, expiration, fencingToken } = this.toJSON();
+    const token = fencingToken === undefined ? "" : `, token ${fencingToken}`;
+    return `Lock(${JSON.stringify(resources)} until ${expiration}${token})`;
+  }
+
+  /**
+   * How `Deno.inspect` and `console.log` show the Lock: its summary.
+   *
+   * @param inspect Deno's inspect function.
+   * @param options Deno's inspect options.
+   * @returns The summary, inspected.
+   */
+  [Symbol.for("Deno.customInspect")](
+    inspect: (value: unknown, options: unknown) => string,
+    options: unknown,
+  ): string {
+    return `Lock ${inspect(this.toJSON(), options)}`;
+  }
+
+  /**
+   * How Node's `util.inspect` and `console.log` show the Lock: its summary.
+   *
+   * @param _depth Node's current depth.
+   * @param options Node's inspect options.
+   * @param inspect Node's inspect function.
+   * @returns The summary, inspected.
+   */
+  [Symbol.for("nodejs.util.inspect.custom")](
+    _depth: number,
+    options: unknown,
+    inspect: (value: unknown, options: unknown) => string,
+  ): string {
+    return `Lock ${inspect(this.toJSON(), options)}`;
   }
 }

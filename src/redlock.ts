@@ -1,343 +1,60 @@
 /**
- * The Redlock: a distributed lock over N independent Redis servers.
+ * The Redlock: a distributed lock over N independent Redis servers. This
+ * file is the facade: each public method checks its arguments and hands
+ * the work to the module that does it.
  *
  * @module
  */
 
-import { type RedisClient, toScriptClient } from "./clients.ts";
-import {
-  ExecutionError,
-  type ExecutionResult,
-  type ExecutionStats,
-  LockLostError,
-  ResourceLockedError,
-} from "./errors.ts";
+import type { RedisClient } from "./clients.ts";
+import { ExecutionError, type ExecutionResult, ResourceLockedError } from "./errors.ts";
 import { RedlockErrorEvent } from "./error_event.ts";
-import { Lock } from "./lock.ts";
+import type { Lock, LockOwner } from "./lock.ts";
+import type {
+  AcquireOptions,
+  ExtendOptions,
+  InspectOptions,
+  RedlockInit,
+  RedlockOptions,
+  ReleaseOptions,
+  UsingOptions,
+  UsingRoutine,
+} from "./options.ts";
+import { fenceKey, RELEASE, releaseCall } from "./scripts.ts";
+import { duplicateSubscriber } from "./subscriber.ts";
+import { acquire, type AcquireContext, type AcquireRequest } from "./_acquisition.ts";
+import { AutoExtension, extensionThreshold } from "./_auto_extend.ts";
+import { extend } from "./_extend.ts";
+import { inspect } from "./_inspect.ts";
 import {
-  ACQUIRE,
-  EXTEND,
-  FENCE,
-  fenceKey,
-  INSPECT,
-  type LuaScript,
-  queueKey,
-  RELEASE,
-} from "./scripts.ts";
-import { duplicateSubscriber, type SubscriberFactory } from "./subscriber.ts";
-import { type Listening, Waiters } from "./_waiters.ts";
-import { deadline, delay, within } from "./_delay.ts";
-import { type Member, round, type Tally } from "./_quorum.ts";
-import { Conflict, VotesAgainst } from "./_votes.ts";
-import { hashSlot } from "./_slot.ts";
-import { drift, now, validUntil } from "./_time.ts";
+  checkCallOptions,
+  checkKeys,
+  checkSettings,
+  DEFAULTS,
+  KNOWN,
+  NO_OPTIONS,
+  type Settings,
+} from "./_options.ts";
+import { Servers, show } from "./_servers.ts";
+import { Waiters } from "./_waiters.ts";
+import { deadline } from "./_delay.ts";
+import { now } from "./_time.ts";
 import {
   checkDuration,
-  checkNumber,
+  checkLock,
+  checkResource,
   checkResources,
   describeValue,
-  MAX_DURATION,
 } from "./_validate.ts";
 
-/** Settings of a Redlock; each can also be overridden per call. */
-export interface RedlockOptions {
-  /**
-   * Clock drift allowance as a fraction of the lease: `round(driftFactor ×
-   * duration) + 2` ms are subtracted from every lock's validity. From 0 up to 1.
-   *
-   * @default {0.01}
-   */
-  driftFactor?: number;
-  /**
-   * Attempts after the first before `acquire()` gives up; `-1` retries until
-   * it succeeds or its signal aborts.
-   *
-   * @default {10}
-   */
-  retryCount?: number;
-  /**
-   * ms to wait between attempts, or a function of the number of attempts made
-   * so far (1 after the first) that returns it.
-   *
-   * @default {200}
-   */
-  retryDelay?: number | ((attempt: number) => number);
-  /**
-   * Up to this many ms, drawn at random for each wait, are added to `retryDelay`.
-   *
-   * @default {100}
-   */
-  retryJitter?: number;
-  /**
-   * How many ms before the lock's validity ends `using()` extends it. Must be
-   * below the lock's duration.
-   *
-   * @default {500}
-   */
-  automaticExtensionThreshold?: number;
-  /**
-   * ms one request to one server may take; a server that does not answer in
-   * time counts as a vote against. Every request has this bound.
-   *
-   * @default {500}
-   */
-  requestTimeout?: number;
-  /**
-   * How an acquire waits for a resource another holder has: `"notify"`
-   * queues for it (one resource) and sleeps until a release hands it the
-   * key, first come first served, and is told so through Redis pub/sub (a
-   * lock on several resources sleeps until one is released); or until the
-   * holder's remaining TTL ends. `"poll"` sleeps `retryDelay` plus jitter.
-   * `"notify"` falls back to polling for a client that cannot subscribe.
-   * Safety never depends on a message: a lost one only costs the fallback
-   * wait.
-   *
-   * @default {"notify"}
-   */
-  wait?: "notify" | "poll";
-}
-
-/** Settings of a Redlock that are fixed when it is made. */
-export interface RedlockInit extends RedlockOptions {
-  /**
-   * Makes the subscriber connection of one server for `wait: "notify"`;
-   * return `null` to poll that server's releases instead.
-   *
-   * @default {duplicateSubscriber (ioredis and node-redis `duplicate()`)}
-   */
-  subscriber?: SubscriberFactory;
-}
-
-/** Options of {@linkcode Redlock.acquire} and {@linkcode Redlock.tryAcquire}. */
-export interface AcquireOptions extends Omit<RedlockOptions, "automaticExtensionThreshold"> {
-  /**
-   * Hand out a fencing token with the lock ({@linkcode Lock.fencingToken}):
-   * a number that grows with every acquisition of any of these resources.
-   * It costs one more round to the servers when there are several.
-   *
-   * @default {false}
-   */
-  fencing?: boolean;
-  /**
-   * Aborts the wait: the call rejects at once with `signal.reason` and
-   * leaves nothing locked.
-   *
-   * @default {undefined}
-   */
-  signal?: AbortSignal;
-  /**
-   * ms the whole call may wait before it rejects with a `TimeoutError`
-   * DOMException (like `AbortSignal.timeout()`), leaving nothing locked.
-   *
-   * @default {undefined}
-   */
-  timeout?: number;
-}
-
-/** Options of {@linkcode Redlock.extend}. */
-export interface ExtendOptions extends AcquireOptions {
-  /**
-   * When true (the default) only a lock that is still ours is extended. When
-   * false, keys of the lock that expired are taken again if they are free.
-   *
-   * @default {true}
-   */
-  onlyIfLocked?: boolean;
-}
-
-/** Options of {@linkcode Redlock.release}. */
-export interface ReleaseOptions {
-  /**
-   * ms one request to one server may take.
-   *
-   * @default {the Redlock's requestTimeout}
-   */
-  requestTimeout?: number;
-}
-
-/** Options of {@linkcode Redlock.using}. */
-export interface UsingOptions extends AcquireOptions {
-  /**
-   * How many ms before the lock's validity ends it is extended.
-   *
-   * @default {the Redlock's automaticExtensionThreshold}
-   */
-  automaticExtensionThreshold?: number;
-}
-
-/** Options of the introspection calls. */
-export interface InspectOptions {
-  /**
-   * ms one request to one server may take.
-   *
-   * @default {the Redlock's requestTimeout}
-   */
-  requestTimeout?: number;
-  /**
-   * Aborts the call with `signal.reason`.
-   *
-   * @default {undefined}
-   */
-  signal?: AbortSignal;
-}
-
-/** What `using()` tells its routine besides the signal. */
-export interface UsingContext {
-  /** The current lock: replaced after each automatic extension. */
-  readonly lock: Lock;
-  /** How many automatic extensions succeeded so far. */
-  readonly extensions: number;
-}
-
-/** The routine `using()` runs while it holds the lock. */
-export type UsingRoutine<T> = (signal: AbortSignal, context: UsingContext) => Promise<T> | T;
-
-type Settings = Required<Omit<RedlockOptions, "retryDelay">> & {
-  retryDelay: number | ((attempt: number) => number);
-};
-
-const NO_OPTIONS = Object.freeze({});
-
-const DEFAULTS: Settings = {
-  wait: "notify",
-  driftFactor: 0.01,
-  retryCount: 10,
-  retryDelay: 200,
-  retryJitter: 100,
-  automaticExtensionThreshold: 500,
-  requestTimeout: 500,
-};
-
-function checkSettings(options: unknown, base: Settings, name: string): Settings {
-  if (options === undefined || options === NO_OPTIONS) return base;
-  if (typeof options !== "object" || options === null) {
-    throw new TypeError(`${name} must be an object, got ${describeValue(options)}`);
-  }
-  const o = options as RedlockOptions;
-  const s = { ...base };
-  if (o.driftFactor !== undefined) {
-    s.driftFactor = checkNumber(o.driftFactor, `${name}.driftFactor`, { below: 1 });
-  }
-  if (o.retryCount !== undefined) {
-    s.retryCount = checkNumber(o.retryCount, `${name}.retryCount`, { min: -1, integer: true });
-  }
-  if (o.retryDelay !== undefined) {
-    s.retryDelay = typeof o.retryDelay === "function"
-      ? o.retryDelay
-      : checkNumber(o.retryDelay, `${name}.retryDelay`, { below: MAX_DURATION + 1 });
-  }
-  if (o.retryJitter !== undefined) {
-    s.retryJitter = checkNumber(o.retryJitter, `${name}.retryJitter`, { below: MAX_DURATION + 1 });
-  }
-  if (o.automaticExtensionThreshold !== undefined) {
-    s.automaticExtensionThreshold = checkNumber(
-      o.automaticExtensionThreshold,
-      `${name}.automaticExtensionThreshold`,
-      { below: MAX_DURATION + 1 },
-    );
-  }
-  if (o.wait !== undefined) {
-    if (o.wait !== "notify" && o.wait !== "poll") {
-      throw new TypeError(`${name}.wait must be "notify" or "poll", got ${describeValue(o.wait)}`);
-    }
-    s.wait = o.wait;
-  }
-  if (o.requestTimeout !== undefined) {
-    s.requestTimeout = checkNumber(o.requestTimeout, `${name}.requestTimeout`, {
-      min: 1,
-      below: MAX_DURATION + 1,
-    });
-  }
-  return s;
-}
-
-function checkCallOptions<T extends { signal?: AbortSignal; timeout?: number }>(
-  options: T | undefined,
-): T {
-  if (options === undefined) return NO_OPTIONS as T;
-  if (typeof options !== "object" || options === null) {
-    throw new TypeError(`options must be an object, got ${describeValue(options)}`);
-  }
-  if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) {
-    throw new TypeError(
-      `options.signal must be an AbortSignal, got ${describeValue(options.signal)}`,
-    );
-  }
-  if (options.timeout !== undefined) {
-    checkNumber(options.timeout, "options.timeout", { below: MAX_DURATION + 1 });
-  }
-  return options;
-}
-
-function checkLock(lock: unknown, name = "lock"): Lock {
-  if (!(lock instanceof Lock)) {
-    throw new TypeError(`${name} must be a Lock, got ${describeValue(lock)}`);
-  }
-  return lock;
-}
-
-/**
- * A server's answer to acquire or extend: for (with the server's fencing
- * token, 0 without fencing), or a conflict.
- */
-type Vote = number | Conflict;
-
-/**
- * The vote in an ACQUIRE or EXTEND reply: the token (≥ 0) for, or
- * `-3 - pttl` against.
- */
-function toVote(reply: unknown, server: number): Vote {
-  if (Number.isInteger(reply)) {
-    const n = reply as number;
-    return n >= 0 ? n : new Conflict(server, -3 - n);
-  }
-  throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
-}
-
-function toNumber(reply: unknown, server: number): number {
-  if (typeof reply === "number") return reply;
-  throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
-}
-
-/** A release vote: for, once the reply is a count. */
-const released = (reply: unknown, member: Member): Vote => (toNumber(reply, member.index), 0);
-
-/** An acquire or extend vote: a script's reply, or a vote `#setIfAbsent` already made. */
-const asVote = (reply: unknown, member: Member): Vote =>
-  reply instanceof Conflict ? reply : toVote(reply, member.index);
-
-/** A clearer error for a script sent to a cluster with keys in several hash slots. */
-function crossSlot(error: Error, keys: readonly string[]): Error {
-  if (!CROSSSLOT.test(error.message)) return error;
-  return new TypeError(
-    `resources ${show(keys)} are in different cluster hash slots; give them one ` +
-      `hash tag, e.g. "{game42}:board" and "{game42}:turn"`,
-    { cause: error },
-  );
-}
-
-const asIs = (reply: unknown): unknown => reply;
-
-const CROSSSLOT = /^-?CROSSSLOT/;
-
-/** The checked arguments of an acquire. */
-interface Checked<T> {
-  readonly keys: string[];
-  readonly settings: Settings;
-  readonly opts: T;
-}
-
-/** The outcome of one round of acquire, extend or release votes. */
-interface Ballot {
-  /** (Its `votesAgainst` answers `isConflict()` and `conflicts` without making errors.) */
-  readonly stats: ExecutionStats & { readonly votesAgainst: VotesAgainst };
-  readonly ok: boolean;
-  /** The largest fencing token among the votes for. */
-  readonly token: number;
-  /** The shortest positive TTL of a conflicting key, or Infinity. */
-  readonly heldFor: number;
-  /** When the round settled (monotonic). */
-  readonly end: number;
+/** What a Redlock shows of itself in logs: never its clients. */
+export interface RedlockSummary {
+  /** How many servers (or clusters) it has. */
+  readonly servers: number;
+  /** How many must agree. */
+  readonly quorum: number;
+  /** The settings in force. */
+  readonly settings: Readonly<Required<RedlockOptions>>;
 }
 
 /**
@@ -358,27 +75,21 @@ interface Ballot {
  * // … only one process at a time gets here …
  * ```
  */
-export class Redlock extends EventTarget {
+export class Redlock extends EventTarget implements LockOwner {
   /** The clients, as given to the constructor. */
   readonly clients: readonly RedisClient[];
   /** The settings in force, defaults filled in. */
   readonly settings: Readonly<Required<RedlockOptions>>;
   /** How many servers must agree: `⌊clients.length / 2⌋ + 1`. */
   readonly quorum: number;
-  readonly #members: readonly Member[];
-  readonly #cluster: boolean;
-  /** Whether every client has `setIfAbsent` and `pttl` (plain SET NX for one resource). */
-  readonly #plain: boolean;
+  readonly #settings: Settings;
+  readonly #servers: Servers;
   readonly #waiters: Waiters;
   /** A random id: the first part of the values of this Redlock's locks. */
   readonly #id: string = crypto.randomUUID();
-  /** `settings.requestTimeout` as a script argument. */
-  readonly #timeoutArg: string;
   /** How many acquires were made: the second part. */
   #acquires = 0;
-  /** Whether a round of votes can settle: a quorum for, or a quorum impossible. */
-  readonly #decided: (tally: Tally<Vote>) => boolean;
-  readonly #onError = (error: Error, member: Member): void => this.#emit(error, member);
+  readonly #context: AcquireContext;
 
   /**
    * Makes a Redlock over independent Redis servers or clusters.
@@ -387,7 +98,7 @@ export class Redlock extends EventTarget {
    * node-redis, deno-redis / Upstash, or your own {@linkcode ScriptClient}.
    * @param options Settings; see {@linkcode RedlockOptions} for defaults.
    * @throws {TypeError} When `clients` is empty, has duplicates or an object
-   * that is no supported client, or an option has the wrong type.
+   * that is no supported client, or an option is unknown or has the wrong type.
    * @throws {RangeError} When an option is out of range.
    *
    * @example Three servers
@@ -413,36 +124,21 @@ export class Redlock extends EventTarget {
           "each server must appear once",
       );
     }
-    this.#members = clients.map((client, index) => {
-      try {
-        return { index, client, runner: toScriptClient(client) };
-      } catch (error) {
-        throw new TypeError(`clients[${index}]: ${(error as Error).message}`, { cause: error });
-      }
-    });
-    this.#cluster = this.#members.some((m) => m.runner.cluster === true);
-    this.#plain = this.#members.every((m) =>
-      typeof m.runner.setIfAbsent === "function" && typeof m.runner.pttl === "function"
-    );
+    if (options !== undefined) checkKeys(options, KNOWN.redlock, "options");
+    this.#servers = new Servers(clients, this);
+    this.#settings = checkSettings(options ?? NO_OPTIONS, DEFAULTS, "options");
+    const { thresholdSet: _, ...settings } = this.#settings;
+    this.settings = Object.freeze(settings);
     this.clients = Object.freeze([...clients]);
-    this.settings = Object.freeze(checkSettings(options, DEFAULTS, "options"));
-    this.#timeoutArg = String(this.settings.requestTimeout);
-    this.quorum = Math.floor(clients.length / 2) + 1;
-    const n = clients.length;
-    const q = this.quorum;
-    this.#decided = ({ answers, errors }) => {
-      let yes = 0;
-      let no = errors.size;
-      for (const vote of answers.values()) typeof vote === "number" ? yes++ : no++;
-      return yes >= q || no > n - q;
-    };
+    this.quorum = this.#servers.quorum;
     const factory = options?.subscriber ?? duplicateSubscriber;
     if (typeof factory !== "function") {
       throw new TypeError(
         `options.subscriber must be a function, got ${describeValue(factory)}`,
       );
     }
-    this.#waiters = new Waiters(this.#id, this.#members, factory, this.#onError);
+    this.#waiters = new Waiters(this.#id, this.#servers.members, factory, this.#servers.emit);
+    this.#context = { servers: this.#servers, waiters: this.#waiters, owner: this };
   }
 
   /**
@@ -464,13 +160,15 @@ export class Redlock extends EventTarget {
 
   /**
    * Acquires a lock on `resources` for `duration` ms, retrying while another
-   * holder has it.
+   * holder has it: at most `retryCount + 1` attempts, sleeping at most
+   * `retryDelay + retryJitter` between two of them (less when a release
+   * wakes it), and never longer than `options.timeout` in all.
    *
    * @param resources A resource (Redis key) or several, locked all or none.
    * @param duration The lease in ms: an integer from 1 to 2^31 − 1.
    * @param options Per-call overrides, a signal and a timeout.
    * @returns The lock, valid for `duration` minus the time taken and drift.
-   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {TypeError} On a bad argument or an unknown option, before any request.
    * @throws {RangeError} On an out-of-range argument, before any request.
    * @throws {ResourceLockedError} When retries ran out while another holder kept it.
    * @throws {ExecutionError} When retries ran out for want of a quorum of servers.
@@ -491,19 +189,14 @@ export class Redlock extends EventTarget {
     duration: number,
     options?: AcquireOptions,
   ): Promise<Lock> {
-    let checked: Checked<AcquireOptions>;
+    let request: AcquireRequest;
+    let timeout: number | undefined;
     try {
-      checked = this.#checkAcquire(resources, duration, options);
+      [request, timeout] = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
     } catch (error) {
       return Promise.reject(error);
     }
-    const { keys, settings, opts } = checked;
-    const fencing = opts.fencing === true;
-    if (opts.timeout === undefined) {
-      return this.#acquire(keys, duration, settings, opts.signal, fencing);
-    }
-    const { signal, dispose } = deadline(opts.signal, opts.timeout);
-    return this.#acquire(keys, duration, settings, signal, fencing).finally(dispose);
+    return this.#acquire(request, timeout);
   }
 
   /**
@@ -513,7 +206,7 @@ export class Redlock extends EventTarget {
    * @param duration The lease in ms: an integer from 1 to 2^31 − 1.
    * @param options Per-call overrides (retry settings are ignored).
    * @returns The lock, or `null` when another holder has the resource.
-   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {TypeError} On a bad argument or an unknown option, before any request.
    * @throws {RangeError} On an out-of-range argument, before any request.
    * @throws {ExecutionError} When too few servers answered (not a busy resource).
    *
@@ -533,21 +226,15 @@ export class Redlock extends EventTarget {
     duration: number,
     options?: AcquireOptions,
   ): Promise<Lock | null> {
-    const { keys, settings, opts } = this.#checkAcquire(resources, duration, options);
-    const { signal, dispose } = deadline(opts.signal, opts.timeout);
+    const [request, timeout] = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
     try {
-      return await this.#acquire(
-        keys,
-        duration,
-        { ...settings, retryCount: 0 },
-        signal,
-        opts.fencing === true,
-      );
+      return await this.#acquire({
+        ...request,
+        settings: { ...request.settings, retryCount: 0 },
+      }, timeout);
     } catch (error) {
       if (error instanceof ResourceLockedError) return null;
       throw error;
-    } finally {
-      dispose();
     }
   }
 
@@ -558,7 +245,7 @@ export class Redlock extends EventTarget {
    * @param lock The lock.
    * @param options Per-call overrides.
    * @returns The stats of the release.
-   * @throws {TypeError} When `lock` is not a Lock.
+   * @throws {TypeError} When `lock` is not a Lock, or an option is unknown.
    * @throws {ExecutionError} When a quorum of servers could not be reached.
    *
    * @example Releasing
@@ -570,29 +257,17 @@ export class Redlock extends EventTarget {
    * ```
    */
   release(lock: Lock, options?: ReleaseOptions): Promise<ExecutionResult> {
-    let settings: Settings;
+    let settings = this.#settings;
     try {
       checkLock(lock);
-      settings = checkSettings(options, this.settings, "options");
+      if (options !== undefined) {
+        checkKeys(options, KNOWN.release, "options");
+        settings = checkSettings(options, settings, "options");
+      }
     } catch (error) {
       return Promise.reject(error);
     }
-    const keys = lock.resources;
-    const start = now();
-    return round<Vote, ExecutionResult>(this.#members, this.#releaser(keys, lock.value, settings), {
-      timeout: settings.requestTimeout,
-      start,
-      onError: this.#onError,
-      done: this.#decided,
-      judge: released,
-      settle: (tally) => {
-        const { ok, stats } = this.#ballot(tally, start);
-        if (!ok) {
-          throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [stats]);
-        }
-        return { attempts: [stats] };
-      },
-    });
+    return this.#release(lock, settings);
   }
 
   /**
@@ -604,7 +279,7 @@ export class Redlock extends EventTarget {
    * @param options Per-call overrides; `onlyIfLocked: false` takes expired
    * keys again when they are free.
    * @returns A new lock with the same value and the new expiration.
-   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {TypeError} On a bad argument or an unknown option, before any request.
    * @throws {RangeError} On an out-of-range argument, before any request.
    * @throws {LockLostError} When the lock expired or another value holds it.
    * @throws {ExecutionError} When retries ran out for want of a quorum.
@@ -620,17 +295,17 @@ export class Redlock extends EventTarget {
   async extend(lock: Lock, duration: number, options?: ExtendOptions): Promise<Lock> {
     checkLock(lock);
     checkDuration(duration);
-    const opts = checkCallOptions(options);
-    const settings = checkSettings(opts, this.settings, "options");
-    const onlyIfLocked = opts.onlyIfLocked ?? true;
-    if (typeof onlyIfLocked !== "boolean") {
-      throw new TypeError(
-        `options.onlyIfLocked must be a boolean, got ${describeValue(onlyIfLocked)}`,
-      );
-    }
+    const opts = checkCallOptions(options, KNOWN.extend);
+    const settings = checkSettings(opts, this.#settings, "options");
     const { signal, dispose } = deadline(opts.signal, opts.timeout);
     try {
-      return await this.#extend(lock, duration, settings, onlyIfLocked, signal);
+      return await extend(this.#servers, this, {
+        lock,
+        duration,
+        settings,
+        onlyIfLocked: opts.onlyIfLocked ?? true,
+        signal,
+      });
     } finally {
       dispose();
     }
@@ -647,7 +322,7 @@ export class Redlock extends EventTarget {
    * @param routine The work to do; gets a signal and the current lock.
    * @returns What the routine returns.
    * @throws {TypeError} On a bad argument, before any request.
-   * @throws {RangeError} On an out-of-range argument, e.g. a threshold not below `duration`.
+   * @throws {RangeError} On an out-of-range argument, before any request.
    * @throws {ExecutionError} When the lock could not be acquired.
    *
    * @example Doing long work under a short lease
@@ -675,8 +350,8 @@ export class Redlock extends EventTarget {
    * and is combined with the routine's signal.
    * @param routine The work to do; gets a signal and the current lock.
    * @returns What the routine returns.
-   * @throws {TypeError} On a bad argument, before any request.
-   * @throws {RangeError} On an out-of-range argument, e.g. a threshold not below `duration`.
+   * @throws {TypeError} On a bad argument or an unknown option, before any request.
+   * @throws {RangeError} On an out-of-range argument, e.g. a threshold set not below `duration`.
    * @throws {ExecutionError} When the lock could not be acquired.
    *
    * @example With options
@@ -706,60 +381,34 @@ export class Redlock extends EventTarget {
     if (typeof routine !== "function") {
       throw new TypeError(`routine must be a function, got ${describeValue(routine)}`);
     }
-    const { keys, settings, opts } = this.#checkAcquire(resources, duration, options);
-    const threshold = settings.automaticExtensionThreshold;
-    if (threshold >= duration) {
-      throw new RangeError(
-        `automaticExtensionThreshold must be below duration (${duration}), got ${threshold}`,
-      );
-    }
-    const wait = deadline(opts.signal, opts.timeout);
-    let lock: Lock;
-    try {
-      lock = await this.#acquire(keys, duration, settings, wait.signal, opts.fencing === true);
-    } finally {
-      wait.dispose();
-    }
-
-    const lost = new AbortController();
-    const stop = new AbortController();
-    const signal = opts.signal ? AbortSignal.any([lost.signal, opts.signal]) : lost.signal;
-    const context = { lock, extensions: 0 };
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let extending: Promise<void> | undefined;
+    const [request, timeout] = this.#checkAcquire(resources, duration, options, KNOWN.using);
+    const { settings } = request;
+    const threshold = extensionThreshold(settings, duration);
+    const lock = await this.#acquire(request, timeout);
     const extendSettings = { ...settings, retryCount: -1 };
-    const schedule = () => {
-      timer = setTimeout(() => {
-        timer = undefined;
-        extending = this.#extend(context.lock, duration, extendSettings, true, stop.signal).then(
-          (next) => {
-            context.lock = next;
-            context.extensions++;
-            schedule();
-          },
-          (error) => {
-            if (stop.signal.aborted) return;
-            lost.abort(error);
-          },
-        );
-      }, Math.max(0, context.lock.remainingTime - threshold));
-    };
-    schedule();
-
-    let result: T;
+    const extension = new AutoExtension(
+      lock,
+      threshold,
+      (current, signal) =>
+        extend(this.#servers, this, {
+          lock: current,
+          duration,
+          settings: extendSettings,
+          onlyIfLocked: true,
+          signal,
+        }),
+      options?.signal,
+    );
     try {
-      result = await routine(signal, context);
+      return await routine(extension.signal, extension.context);
     } finally {
-      clearTimeout(timer);
-      stop.abort();
-      await extending;
+      const last = await extension.stop();
       try {
-        await this.release(context.lock, settings);
+        await this.#release(last, settings);
       } catch (error) {
         this.reportError(error);
       }
     }
-    return result;
   }
 
   /**
@@ -768,7 +417,7 @@ export class Redlock extends EventTarget {
    * @param resource The resource (Redis key).
    * @param options Per-call overrides.
    * @returns True when a quorum holds it, false when a quorum has it free.
-   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {TypeError} On a bad argument or an unknown option, before any request.
    * @throws {ExecutionError} When too few servers answered to tell.
    *
    * @example Peeking
@@ -779,9 +428,8 @@ export class Redlock extends EventTarget {
    * ```
    */
   async isLocked(resource: string, options?: InspectOptions): Promise<boolean> {
-    const keys = checkResources([resource], "resource");
-    const ttls = await this.#inspect(keys, "", options, `isLocked(${show(keys)})`);
-    return ttls !== null;
+    const keys = [checkResource(resource, "resource")];
+    return await this.#inspect(keys, "", options, `isLocked(${show(keys)})`) !== null;
   }
 
   /**
@@ -790,7 +438,7 @@ export class Redlock extends EventTarget {
    * @param lock The lock.
    * @param options Per-call overrides.
    * @returns True while the lock holds.
-   * @throws {TypeError} When `lock` is not a Lock.
+   * @throws {TypeError} When `lock` is not a Lock, or an option is unknown.
    * @throws {ExecutionError} When too few servers answered to tell.
    *
    * @example Checking before a write
@@ -804,8 +452,8 @@ export class Redlock extends EventTarget {
   async isValid(lock: Lock, options?: InspectOptions): Promise<boolean> {
     checkLock(lock);
     if (lock.remainingTime <= 0) return false;
-    const ttls = await this.#inspect(lock.resources, lock.value, options, "isValid(lock)");
-    return ttls !== null && lock.remainingTime > 0;
+    const ttl = await this.#inspect(lock.resources, lock.value, options, "isValid(lock)");
+    return ttl !== null && lock.remainingTime > 0;
   }
 
   /**
@@ -815,7 +463,7 @@ export class Redlock extends EventTarget {
    * @param lock The lock.
    * @param options Per-call overrides.
    * @returns The ms left, or `null` when the lock is not ours on a quorum.
-   * @throws {TypeError} When `lock` is not a Lock.
+   * @throws {TypeError} When `lock` is not a Lock, or an option is unknown.
    * @throws {ExecutionError} When too few servers answered to tell.
    *
    * @example Remaining time
@@ -838,7 +486,7 @@ export class Redlock extends EventTarget {
    * @param resource The resource (Redis key).
    * @param options Per-call overrides.
    * @returns The ms left, or `null` when no quorum holds it.
-   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {TypeError} On a bad argument or an unknown option, before any request.
    * @throws {ExecutionError} When too few servers answered to tell.
    *
    * @example How long until it frees up
@@ -849,7 +497,7 @@ export class Redlock extends EventTarget {
    * ```
    */
   remainingTtlForResource(resource: string, options?: InspectOptions): Promise<number | null> {
-    const keys = checkResources([resource], "resource");
+    const keys = [checkResource(resource, "resource")];
     return this.#inspect(keys, "", options, `remainingTtlForResource(${show(keys)})`, true);
   }
 
@@ -901,654 +549,133 @@ export class Redlock extends EventTarget {
     this.dispatchEvent(new RedlockErrorEvent(e, -1, this));
   }
 
-  #checkAcquire<T extends AcquireOptions>(
+  /**
+   * What the Redlock shows in logs: how many servers, the quorum and the
+   * settings, never its clients (their options may hold passwords).
+   *
+   * @returns A plain summary.
+   *
+   * @example Logging a Redlock
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * console.log(JSON.stringify(redlock)); // {"servers":3,"quorum":2,"settings":{…}}
+   * ```
+   */
+  toJSON(): RedlockSummary {
+    return { servers: this.clients.length, quorum: this.quorum, settings: this.settings };
+  }
+
+  /**
+   * A one-line description.
+   *
+   * @returns E.g. `Redlock(3 servers, quorum 2)`.
+   *
+   * @example Printing a Redlock
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * console.log(String(redlock));
+   * ```
+   */
+  override toString(): string {
+    return `Redlock(${this.clients.length} servers, quorum ${this.quorum})`;
+  }
+
+  /**
+   * How `Deno.inspect` and `console.log` show the Redlock: its summary.
+   *
+   * @param inspect Deno's inspect function.
+   * @param options Deno's inspect options.
+   * @returns The summary, inspected.
+   */
+  [Symbol.for("Deno.customInspect")](
+    inspect: (value: unknown, options: unknown) => string,
+    options: unknown,
+  ): string {
+    return `Redlock ${inspect(this.toJSON(), options)}`;
+  }
+
+  /**
+   * How Node's `util.inspect` and `console.log` show the Redlock: its summary.
+   *
+   * @param _depth Node's current depth.
+   * @param options Node's inspect options.
+   * @param inspect Node's inspect function.
+   * @returns The summary, inspected.
+   */
+  [Symbol.for("nodejs.util.inspect.custom")](
+    _depth: number,
+    options: unknown,
+    inspect: (value: unknown, options: unknown) => string,
+  ): string {
+    return `Redlock ${inspect(this.toJSON(), options)}`;
+  }
+
+  /** Checks an acquire's arguments; returns the request and its timeout. */
+  #checkAcquire(
     resources: unknown,
     duration: unknown,
-    options: T | undefined,
-  ): Checked<T> {
+    options: AcquireOptions | undefined,
+    known: ReadonlySet<string>,
+  ): [AcquireRequest, number | undefined] {
     const keys = checkResources(resources);
     checkDuration(duration);
-    const opts = checkCallOptions(options);
-    const settings = checkSettings(opts, this.settings, "options");
-    if (opts.fencing !== undefined && typeof opts.fencing !== "boolean") {
-      throw new TypeError(`options.fencing must be a boolean, got ${describeValue(opts.fencing)}`);
-    }
-    if (this.#cluster) checkSlots(opts.fencing ? [...keys, ...keys.map(fenceKey)] : keys);
-    return { keys, settings, opts };
-  }
-
-  /**
-   * The first attempt, kept lean for the usual case: one round, and the lock
-   * when it succeeds. Anything else (a conflict, too few servers, a fencing
-   * token to confirm, a queue to join) goes on in `#acquireLoop`, which takes
-   * this round as its first attempt.
-   */
-  #acquire(
-    keys: readonly string[],
-    duration: number,
-    settings: Settings,
-    signal: AbortSignal | undefined,
-    fencing: boolean,
-  ): Promise<Lock> {
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    // Unique: the Redlock's random id and a count. The id names the channel
-    // that wakes the acquire when it queues; the lease, the one a release
-    // hands the key to it for (0: only reserve it, as a fencing token needs
-    // the acquire script).
+    const opts = checkCallOptions(options, known);
+    const settings = checkSettings(opts, this.#settings, "options");
+    const fencing = opts.fencing === true;
+    this.#servers.checkSlots(fencing ? [...keys, ...keys.map(fenceKey)] : keys);
     const value = `${this.#id}:${(++this.#acquires).toString(36)}:${fencing ? 0 : duration}`;
-    if (settings.wait === "notify" && keys.length === 1 && this.#waiters.isHot(keys[0]!)) {
-      // An acquire of this Redlock queued for the resource just now, so it
-      // is likely still contended: queue at once.
-      return this.#acquireLoop(keys, duration, settings, signal, fencing, value, undefined);
-    }
-    const start = now();
-    const send = this.#plain && !fencing && keys.length === 1
-      ? this.#setIfAbsent(keys[0]!, value, duration)
-      : this.#acquirer(keys, value, duration, fencing, "", settings);
-    return this.#vote(send, keys, settings, signal, start).then(
-      (ballot) => {
-        const until = validUntil(start, duration, settings.driftFactor);
-        if (!fencing && ballot.ok && until > ballot.end) {
-          return new Lock({
-            redlock: this,
-            resources: Object.freeze(keys),
-            value,
-            attempts: Object.freeze([ballot.stats]),
-            validUntil: until,
-            fencingToken: undefined,
-          });
-        }
-        return this.#acquireLoop(keys, duration, settings, signal, fencing, value, {
-          start,
-          ballot,
-        });
-      },
-      (error) => {
-        // Aborted mid-round: whatever lands on a server is released behind it.
-        this.#releaseQuietly(this.#releaser(keys, value, settings), this.#members);
-        throw error;
-      },
+    const request = {
+      keys,
+      duration: duration as number,
+      settings,
+      signal: opts.signal,
+      fencing,
+      value,
+    };
+    return [request, opts.timeout];
+  }
+
+  /** Acquires, bounded by `timeout` when given. */
+  #acquire(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
+    if (timeout === undefined) return acquire(this.#context, request);
+    const { signal, dispose } = deadline(request.signal, timeout);
+    return acquire(this.#context, { ...request, signal }).finally(dispose);
+  }
+
+  /** One round of RELEASE: settles on a quorum. */
+  async #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
+    const keys = lock.resources;
+    const call = releaseCall(keys, lock.value, String(settings.requestTimeout));
+    const ballot = await this.#servers.release(
+      this.#servers.sender(RELEASE, call),
+      settings.requestTimeout,
+      now(),
     );
-  }
-
-  /**
-   * Sends ACQUIRE of `value` to one server; with a ticket, in the resource's
-   * wait queue, and with "*" as a watcher of every resource (see the script).
-   */
-  #acquirer(
-    keys: readonly string[],
-    value: string,
-    duration: number,
-    fencing: boolean,
-    ticket: string,
-    settings: Settings,
-  ): (member: Member) => Promise<unknown> {
-    const counters = fencing ? keys.map(fenceKey) : [];
-    const scriptKeys = ticket === ""
-      ? [...keys, ...counters]
-      : ticket === "*"
-      ? [...keys, ...counters, ...keys.map(queueKey)]
-      : [...keys, ...counters, queueKey(keys[0]!)];
-    // The usual case sends no more arguments than it reads.
-    const args = !fencing && ticket === ""
-      ? [value, String(duration)]
-      : [value, String(duration), fencing ? "1" : "", ticket, String(4 * settings.requestTimeout)];
-    return (m) => m.runner.evalScript(ACQUIRE, scriptKeys, args);
-  }
-
-  /**
-   * Every attempt after the first (given as `first`, or none yet when the
-   * acquire queues at once): retries, waiting in the queue or for a release,
-   * fencing, giving up.
-   */
-  async #acquireLoop(
-    keys: readonly string[],
-    duration: number,
-    settings: Settings,
-    signal: AbortSignal | undefined,
-    fencing: boolean,
-    value: string,
-    first: { readonly start: number; readonly ballot: Ballot } | undefined,
-  ): Promise<Lock> {
-    const attempts: ExecutionStats[] = [];
-    const counters = fencing ? keys.map(fenceKey) : [];
-    const acquireScript = (ticket: string) => {
-      const sendScript = this.#acquirer(keys, value, duration, fencing, ticket, settings);
-      if (ticket === "" || ticket === "*") return sendScript;
-      // A queued acquire deals with answers that come after their round settled.
-      return (m: Member) => {
-        const sentIn = current;
-        return sendScript(m).then((reply) => {
-          const vote = toVote(reply, m.index);
-          if (sentIn <= settled) late(m, typeof vote === "number");
-          return vote;
-        }, (error) => {
-          if (sentIn <= settled) late(m, undefined);
-          throw error;
-        });
-      };
-    };
-    /** The attempt in flight, and the last one whose round settled. */
-    let current = 0;
-    let settled = 0;
-    /**
-     * A late answer: `taken` true when the server took the key, false on a
-     * conflict, undefined on an error (it may have). Once granted, the lock
-     * keeps what it took, and leaves the other queues; before, what a
-     * failed attempt took is released, and the acquire stays in the queues.
-     */
-    const late = (m: Member, taken: boolean | undefined) => {
-      if (granted) {
-        if (taken !== true) this.#releaseQuietly(this.#releaser(keys, value, settings, "2"), [m]);
-      } else if (taken !== false) {
-        const [sent] = this.#releaseQuietly(this.#releaser(keys, value, settings, "1"), [m]);
-        releasedTo.set(m.index, sent!);
-      }
-    };
-    let script = acquireScript("");
-    // One resource without fencing: a plain SET NX, which costs the server a
-    // fifth of the script, as long as the resource looks free. After a
-    // conflict the script, which also tells the holder's TTL, saves the PTTL.
-    let send: (member: Member) => Promise<unknown> = this.#plain && !fencing && keys.length === 1
-      ? this.#setIfAbsent(keys[0]!, value, duration)
-      : script;
-    /** The place in the wait queue, by wall clock (comparable across hosts); "" when not queued. */
-    let ticket = "";
-    /** Whether the queues need no more telling that this acquire no longer waits. */
-    let left = true;
-    let listening: Listening | undefined;
-    let granted = false;
-    /**
-     * Servers this acquire sent a release to, and whether it answered: what
-     * they handed it may be gone (see `join()`).
-     */
-    const releasedTo = new Map<number, Promise<boolean>>();
-    /** When the first attempt in the queue started: no server queued the value before. */
-    let queuedAt: number | undefined;
-    /** Drops the queue entries; `keep` keeps keys the value holds. */
-    const leave = (members: readonly Member[], keep = false) => {
-      if (!left) {
-        this.#releaseQuietly(this.#releaser(keys, value, settings, keep ? "2" : ""), members);
-      }
-      left = true;
-    };
-    /**
-     * Subscribes to the Redlock's wake channel and takes a place in the
-     * resource's wait queue with the next attempt; false when no server
-     * confirmed the subscription.
-     */
-    const join = async (): Promise<boolean> => {
-      // A release sent before the acquire queues, once answered, ran before
-      // its place in the queues, so it cannot take back a key a server hands
-      // it later: such servers count again. (Awaited while subscribing; one
-      // that has not answered may still land late, e.g. as an EVAL sent
-      // after NOSCRIPT.)
-      const sent = [...releasedTo];
-      const [subscription, answered] = await Promise.all([
-        this.#waiters.listen(keys, settings.requestTimeout, value),
-        Promise.all(sent.map(([, reply]) => within(reply, settings.requestTimeout))),
-      ]);
-      sent.forEach(([server, reply], i) => {
-        if (answered[i] === true && releasedTo.get(server) === reply) releasedTo.delete(server);
-      });
-      listening = subscription;
-      if (!listening.subscribed) return false;
-      this.#waiters.queued(keys[0]!);
-      ticket = String(Date.now());
-      left = false;
-      send = script = acquireScript(ticket);
-      return true;
-    };
-    const queueable = settings.wait === "notify" && keys.length === 1;
-    try {
-      // Without a first attempt, the acquire queues at once (see `#acquire`).
-      if (first === undefined && queueable) await join();
-      for (let attempt = 1;; attempt++) {
-        let start: number;
-        let ballot: Ballot;
-        if (attempt === 1 && first !== undefined) {
-          ({ start, ballot } = first);
-        } else {
-          start = now();
-          try {
-            current = attempt;
-            ballot = await this.#vote(send, keys, settings, signal, start);
-            settled = attempt;
-          } catch (error) {
-            // Aborted mid-round: whatever lands on a server is released behind it.
-            this.#releaseQuietly(
-              this.#releaser(keys, value, settings),
-              this.#members,
-            );
-            left = true;
-            throw error;
-          }
-        }
-        attempts.push(ballot.stats);
-        if (ticket !== "") queuedAt ??= start;
-        const until = validUntil(start, duration, settings.driftFactor);
-        if (ballot.ok && until > ballot.end) {
-          const token = fencing ? await this.#fence(counters, ballot.token, until, settings) : 0;
-          if (token !== undefined && (!fencing || until > now())) {
-            // The servers that took the lock dropped the queue entry; tell the others.
-            if (!left) {
-              const against = ballot.stats.votesAgainst;
-              leave(this.#members.filter((m) => against.has(m.index)), true);
-            }
-            granted = true;
-            return new Lock({
-              redlock: this,
-              resources: Object.freeze(keys),
-              value,
-              attempts: Object.freeze(attempts),
-              validUntil: until,
-              fencingToken: fencing ? token : undefined,
-            });
-          }
-        }
-        // Undo a partial (or too slow) lock where it may have landed; requests on
-        // one connection run in order, so the release lands after the acquire.
-        // (In the queue, a server that has not answered yet is dealt with by
-        // `late()`, which keeps the acquire's place there.)
-        const { votesFor, votesAgainst } = ballot.stats;
-        const { conflicts } = votesAgainst;
-        const taken = this.#members.filter((m) =>
-          !votesAgainst.isConflict(m.index) &&
-          (ticket === "" || votesFor.includes(m.index) || votesAgainst.has(m.index))
-        );
-        const { retryCount } = settings;
-        if (retryCount !== -1 && attempt > retryCount) {
-          // Giving up: reject only once the release has answered (or timed out).
-          await round(
-            left ? taken : this.#members,
-            this.#releaser(keys, value, settings),
-            {
-              timeout: settings.requestTimeout,
-              done: () => false,
-              onError: this.#onError,
-            },
-          );
-          left = true;
-          // Another holder kept it unless server errors alone made a quorum impossible.
-          const errors = votesAgainst.size - conflicts;
-          const held = conflicts > 0 && errors <= this.clients.length - this.quorum;
-          const message = `acquire of ${show(keys)} failed`;
-          throw held
-            ? new ResourceLockedError(`${message}: held by another lock`, attempts)
-            : new ExecutionError(message, attempts);
-        }
-        const sent = this.#releaseQuietly(
-          this.#releaser(keys, value, settings, ticket === "" ? "" : "1"),
-          taken,
-        );
-        taken.forEach((m, i) => releasedTo.set(m.index, sent[i]!));
-        if (conflicts > 0) send = script;
-        if (settings.wait === "notify" && conflicts > 0) {
-          const fallback = Number.isFinite(ballot.heldFor)
-            ? ballot.heldFor + 1
-            : this.#retryWait(settings, attempt);
-          if (queueable) {
-            // Retry at once, in the queue.
-            if (listening === undefined && await join()) continue;
-            if (ticket !== "") {
-              // Woken by the releases that handed the key to this acquire (or
-              // reserved it); a waiter ahead that went away holds it up at most
-              // that long, hence the bound.
-              await listening!.wait(
-                start,
-                Math.min(fallback, settings.requestTimeout + 1),
-                signal,
-              );
-              const lock = fencing ? undefined : this.#handed(listening!, queuedAt, duration, {
-                keys,
-                value,
-                settings,
-                attempts,
-                releasedTo,
-              });
-              if (lock !== undefined) {
-                granted = true;
-                left = true;
-                return lock;
-              }
-              continue;
-            }
-          } else {
-            if (listening === undefined) {
-              listening = await this.#waiters.listen(keys, settings.requestTimeout);
-              if (listening.subscribed) {
-                // Retry at once as a watcher: a conflict then leaves the marker
-                // that makes the holder's release publish (see RELEASE).
-                send = script = acquireScript("*");
-                continue;
-              }
-            }
-            if (listening.subscribed) {
-              await listening.wait(start, fallback, signal);
-              continue;
-            }
-          }
-        }
-        await delay(this.#retryWait(settings, attempt), signal);
-      }
-    } finally {
-      leave(this.#members);
-      if (listening !== undefined) {
-        // A lock is handed out at once; dispose waits for the rest.
-        const done = listening.done();
-        if (!granted) await done;
-      }
+    if (!ballot.ok) {
+      throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [ballot.stats]);
     }
+    return { attempts: [ballot.stats] };
   }
 
-  /**
-   * The lock a quorum of servers handed to a queued acquire (see RELEASE),
-   * or undefined when fewer did or too little of its lease is left. Each
-   * server handed it after it queued the value, so the keys last at least
-   * until `queuedAt` plus the lease, unless the acquire released them
-   * itself after a failed attempt: such servers do not count.
-   */
-  #handed(
-    listening: Listening,
-    queuedAt: number | undefined,
-    duration: number,
-    call: {
-      keys: readonly string[];
-      value: string;
-      settings: Settings;
-      attempts: ExecutionStats[];
-      releasedTo: ReadonlyMap<number, unknown>;
-    },
-  ): Lock | undefined {
-    const votesFor = listening.heard().filter((server) => !call.releasedTo.has(server));
-    if (queuedAt === undefined || votesFor.length < this.quorum) return undefined;
-    const until = validUntil(queuedAt, duration, call.settings.driftFactor);
-    const end = now();
-    // A long wait leaves little of the lease: then an attempt renews it.
-    if (until - end < duration / 2) return undefined;
-    call.attempts.push({
-      membershipSize: this.#members.length,
-      quorumSize: this.quorum,
-      votesFor,
-      votesAgainst: new Map(),
-      elapsed: end - queuedAt,
-    });
-    return new Lock({
-      redlock: this,
-      resources: Object.freeze(call.keys),
-      value: call.value,
-      attempts: Object.freeze(call.attempts),
-      validUntil: until,
-      fencingToken: undefined,
-    });
-  }
-
-  /**
-   * Makes `token` (the largest counter of the acquiring quorum) known to a
-   * quorum before the lock is handed out, so that any later quorum sees it.
-   * Returns the token, or undefined when no quorum confirmed it in time.
-   */
-  async #fence(
-    fenceKeys: readonly string[],
-    token: number,
-    until: number,
-    settings: Settings,
-  ): Promise<number | undefined> {
-    if (this.#members.length === 1) return token; // the acquire script wrote it
-    const tally = await round(
-      this.#members,
-      (m) => this.#run(m, FENCE, fenceKeys, [String(token)], asIs),
-      {
-        timeout: Math.max(1, Math.min(settings.requestTimeout, until - now())),
-        done: ({ answers }) => answers.size >= this.quorum,
-        onError: this.#onError,
-      },
-    );
-    return tally.answers.size >= this.quorum ? token : undefined;
-  }
-
-  async #extend(
-    lock: Lock,
-    duration: number,
-    settings: Settings,
-    onlyIfLocked: boolean,
-    signal: AbortSignal | undefined,
-  ): Promise<Lock> {
-    signal?.throwIfAborted();
-    const attempts: ExecutionStats[] = [];
-    const what = `extend of ${show(lock.resources)}`;
-    const args = [lock.value, String(duration), onlyIfLocked ? "0" : "1"];
-    for (let attempt = 1;; attempt++) {
-      if (onlyIfLocked && lock.remainingTime <= 0) {
-        throw new LockLostError(`${what} failed: the lock expired`, attempts);
-      }
-      const start = now();
-      const ballot = await this.#vote(
-        (m) => m.runner.evalScript(EXTEND, lock.resources, args),
-        lock.resources,
-        settings,
-        signal,
-        start,
-      );
-      attempts.push(ballot.stats);
-      const until = validUntil(start, duration, settings.driftFactor);
-      if (ballot.ok && until > ballot.end) {
-        return new Lock({
-          redlock: this,
-          resources: lock.resources,
-          value: lock.value,
-          attempts: Object.freeze(attempts),
-          validUntil: until,
-          fencingToken: lock.fencingToken,
-        });
-      }
-      if (ballot.stats.votesAgainst.conflicts > this.clients.length - this.quorum) {
-        throw new LockLostError(`${what} failed: the lock is no longer ours`, attempts);
-      }
-      const { retryCount } = settings;
-      if (retryCount !== -1 && attempt > retryCount) {
-        throw new ExecutionError(`${what} failed`, attempts);
-      }
-      await delay(this.#retryWait(settings, attempt), signal);
-    }
-  }
-
-  #retryWait(settings: Settings, attempt: number): number {
-    const { retryDelay, retryJitter } = settings;
-    const base = typeof retryDelay === "function" ? retryDelay(attempt) : retryDelay;
-    if (typeof base !== "number" || !Number.isFinite(base) || base < 0) {
-      throw new RangeError(
-        `retryDelay(${attempt}) must return a finite number of ms ≥ 0, got ${describeValue(base)}`,
-      );
-    }
-    return base + Math.random() * retryJitter;
-  }
-
-  /**
-   * Acquire votes by `SET key value PX duration NX`: for when it was set,
-   * else a conflict with the holder's TTL, asked by PTTL. The PTTL is only
-   * read; nothing is written after a SET, so a release sent on the same
-   * connection behind it still lands last.
-   */
-  #setIfAbsent(key: string, value: string, duration: number): (member: Member) => Promise<Vote> {
-    return (m) =>
-      m.runner.setIfAbsent!(key, value, duration).then((set) => {
-        if (set === true) return 0;
-        if (set !== false) {
-          throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
-        }
-        return m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
-      });
-  }
-
-  /**
-   * One round of acquire or extend votes on `keys` (sent as scripts, or as
-   * votes already made): success on a quorum of "for".
-   */
-  #vote(
-    send: (member: Member) => Promise<unknown>,
-    keys: readonly string[],
-    settings: Settings,
-    signal: AbortSignal | undefined,
-    start: number = now(),
-  ): Promise<Ballot> {
-    return round<Vote, Ballot>(this.#members, send, {
-      timeout: settings.requestTimeout,
-      start,
-      signal,
-      onError: this.#onError,
-      done: this.#decided,
-      judge: asVote,
-      failure: (error) => crossSlot(error, keys),
-      settle: (tally) => this.#ballot(tally, start),
-    });
-  }
-
-  #ballot(tally: Tally<Vote>, start: number): Ballot {
-    const end = now();
-    const votesFor: number[] = [];
-    const conflicts: Conflict[] = [];
-    let token = 0;
-    let heldFor = Infinity;
-    for (const [server, vote] of tally.answers) {
-      if (typeof vote === "number") {
-        votesFor.push(server);
-        if (vote > token) token = vote;
-      } else {
-        conflicts.push(vote);
-        if (vote.ttl > 0 && vote.ttl < heldFor) heldFor = vote.ttl;
-      }
-    }
-    const q = this.quorum;
-    const stats = {
-      membershipSize: this.#members.length,
-      quorumSize: q,
-      votesFor,
-      votesAgainst: new VotesAgainst(conflicts, tally.errors),
-      elapsed: end - start,
-    };
-    return { stats, ok: votesFor.length >= q, token, heldFor, end };
-  }
-
-  /**
-   * One round of INSPECT: the quorum-th largest TTL among servers that hold
-   * the keys (for `value`, or for anyone when it is ""), less the round's time
-   * and drift; `null` when a quorum does not hold them. It settles as soon as
-   * the yes/no answer is known, unless `everyServer` asks it to hear every
-   * server out (bounded by requestTimeout) for the best TTL estimate.
-   */
-  async #inspect(
+  #inspect(
     keys: readonly string[],
     value: string,
     options: InspectOptions | undefined,
     what: string,
     everyServer = false,
   ): Promise<number | null> {
-    const opts = checkCallOptions(options);
-    const settings = checkSettings(opts, this.settings, "options");
-    if (this.#cluster) checkSlots(keys);
-    const q = this.quorum;
-    const start = now();
-    const tally = await round<number>(
-      this.#members,
-      (m) => this.#run(m, INSPECT, keys, [value], toNumber),
-      {
-        timeout: settings.requestTimeout,
-        signal: opts.signal,
-        onError: this.#onError,
-        done: ({ answers }) => {
-          if (everyServer) return false;
-          let held = 0;
-          for (const ttl of answers.values()) if (ttl !== -2) held++;
-          return held >= q || answers.size - held >= q;
-        },
-      },
-    );
-    const elapsed = now() - start;
-    const held = [...tally.answers.values()]
-      .filter((ttl) => ttl !== -2)
-      .map((ttl) => (ttl === -1 ? Infinity : ttl))
-      .sort((a, b) => b - a);
-    if (held.length >= q) {
-      const ttl = held[q - 1]!;
-      if (ttl === Infinity) return Infinity;
-      const left = Math.floor(ttl - elapsed - drift(ttl, settings.driftFactor));
-      return left > 0 ? left : null;
-    }
-    if (tally.answers.size - held.length >= q) return null;
-    // every server that answered counts as "for": it could tell, one way or the other
-    const answered = new Map([...tally.answers].map(([i]) => [i, 0]));
-    const { stats } = this.#ballot({ answers: answered, errors: tally.errors }, start);
-    throw new ExecutionError(`${what} did not get answers from a quorum`, [stats]);
-  }
-
-  /** Runs `script` on one server; `judge` checks and converts its reply. */
-  #run<T>(
-    member: Member,
-    script: LuaScript,
-    keys: readonly string[],
-    args: readonly string[],
-    judge: (reply: unknown, server: number) => T,
-  ): Promise<T> {
-    return member.runner.evalScript(script, keys, args).then(
-      (reply) => judge(reply, member.index),
-      (error) => {
-        throw error instanceof Error ? crossSlot(error, keys) : error;
-      },
-    );
-  }
-
-  /**
-   * Sends RELEASE of `value` to one server: marked keys it frees go to the
-   * first of their wait queues (see ACQUIRE). `mode` "" also leaves the
-   * queues, "1" stays in them (and keeps a reservation), "2" only leaves
-   * them.
-   */
-  #releaser(
-    keys: readonly string[],
-    value: string,
-    settings: Settings,
-    mode: "" | "1" | "2" = "",
-  ): (member: Member) => Promise<unknown> {
-    const scriptKeys = keys.length === 1
-      ? [keys[0]!, queueKey(keys[0]!)]
-      : [...keys, ...keys.map(queueKey)];
-    const timeout = settings === this.settings ? this.#timeoutArg : String(settings.requestTimeout);
-    const args = mode === "" ? [value, timeout] : [value, timeout, mode];
-    return (m) => m.runner.evalScript(RELEASE, scriptKeys, args);
-  }
-
-  /**
-   * Runs `send` on `members` without waiting; failures become error events.
-   * Returns, per member, whether its request answered.
-   */
-  #releaseQuietly(
-    send: (member: Member) => Promise<unknown>,
-    members: readonly Member[],
-  ): Promise<boolean>[] {
-    return members.map((member) =>
-      send(member).then(() => true, (error) => {
-        this.#emit(error instanceof Error ? error : new Error(String(error)), member);
-        return false;
-      })
-    );
-  }
-
-  #emit(error: Error, member: Member): void {
-    this.dispatchEvent(new RedlockErrorEvent(error, member.index, member.client));
-  }
-}
-
-function show(keys: readonly string[]): string {
-  return keys.length === 1 ? JSON.stringify(keys[0]) : `[${keys.map((k) => JSON.stringify(k))}]`;
-}
-
-function checkSlots(keys: readonly string[]): void {
-  const slots = new Set(keys.map(hashSlot));
-  if (slots.size > 1) {
-    throw new TypeError(
-      `resources ${show(keys)} map to ${slots.size} Redis Cluster hash slots, and one lock ` +
-        `needs one: give them a common hash tag, e.g. "{game42}:board" and "{game42}:turn"`,
-    );
+    const opts = checkCallOptions(options, KNOWN.inspect);
+    const settings = checkSettings(opts, this.#settings, "options");
+    this.#servers.checkSlots(keys);
+    return inspect(this.#servers, {
+      keys,
+      value,
+      settings,
+      signal: opts.signal,
+      what,
+      everyServer,
+    });
   }
 }

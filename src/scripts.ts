@@ -1,6 +1,12 @@
 /**
  * The Lua scripts the lock runs, one call per server per operation, so that a
- * multi-resource lock is taken, extended or released all or nothing.
+ * multi-resource lock is taken, extended or released all or nothing. Each
+ * script's KEYS and ARGV are built next to it by a named helper, and every
+ * script replies with an integer.
+ *
+ * A key holds exactly the value its holder wrote (or `"?"` and a waiter's
+ * value while it is reserved for that waiter): nobody else writes to it, so
+ * other Redlock implementations can share keys with this one.
  *
  * @module
  */
@@ -17,88 +23,79 @@ export interface LuaScript {
   readonly sha1: string;
 }
 
+/** The KEYS and ARGV of one script call. */
+export interface ScriptCall {
+  readonly keys: readonly string[];
+  readonly args: readonly string[];
+}
+
 function script(name: string, source: string): LuaScript {
   return Object.freeze({ name, source, sha1: sha1(source) });
 }
 
+/** ACQUIRE's flag for a fencing token. */
+const FENCED = "fenced";
+/** The seat of a watcher: ordered after every queued acquire. */
+const WATCHER = "*";
+/** EXTEND's flag for taking keys that are free. */
+const TAKE_FREE = "take-free";
+
 /**
- * KEYS: the n resources, then (when ARGV[3] is "1") their n fencing
- * counters, then the wait queue of the one resource (when ARGV[4] is a
- * ticket) or of each resource (when it is "*").
- * ARGV: value, duration ms, "1" for a fencing token, the waiter's ticket,
- * "*" for a watcher or "" (or none) for neither, ms the queue must outlive
- * the holder.
- * A key counts as free when it is missing, reserved for this value or
- * handed to it (see RELEASE). Returns the token (0 without fencing) when
- * every key was free and is now set, else `-3 - pttl` of the first key found
- * held (a negative integer: a number costs the server and the client less
- * than an array); then nothing is written but, with a ticket, the value's
- * entry in the wait queue (ordered by ticket, then value) or, for a
- * watcher, the marker "*" (ordered last) in the held key's queue, which
- * tells its release to publish; either is kept alive beyond the holder's
- * TTL, and the held key is marked (see below). With fencing, every counter
- * is incremented and all are set to the largest, which is the token.
- *
- * The mark: a key whose queue may hold somebody ends with "!" (appended to
- * the holder's value, or to a reservation), so that a release of an
- * unmarked key deletes it without looking at the queue. A queued acquire
- * or a watcher that takes a key marks it when somebody (else) still
- * queues; a key taken back by the value that holds it keeps its mark. (A
- * key that expired under its queue and was then taken by an acquire that
- * did not queue, or by an extend that takes free keys, is not marked: its
- * waiters then come at their next try, and mark it when they find it
- * held.)
+ * Where an acquire waits for a held resource: nowhere, as a watcher of each
+ * resource (the release publishes on the resource's channel), or queued for
+ * its one resource with a ticket (the release hands the key to the first).
+ */
+export type Seat =
+  | { readonly kind: "none" }
+  | { readonly kind: "watcher" }
+  | { readonly kind: "queued"; readonly ticket: string };
+
+/** The seat of an acquire that does not wait in a queue. */
+export const NO_SEAT: Seat = Object.freeze({ kind: "none" });
+
+/**
+ * Takes every resource for the value when each is free (missing, or
+ * reserved for this value by a release). Replies the fencing token (0
+ * without fencing), else `-3 - pttl` of the first key held by another value
+ * (a negative integer), having written nothing but, for a seat, the value's
+ * place in the held key's wait queue (kept alive beyond the holder's TTL).
+ * With fencing, every counter is incremented and all are set to the
+ * largest, which is the token. Built by {@linkcode acquireCall}.
  */
 export const ACQUIRE: LuaScript = script(
   "acquire",
-  `local value, ticket = ARGV[1], ARGV[4] or ""
-local fenced = ARGV[3] == "1"
+  `local value, seat = ARGV[1], ARGV[4] or ""
+local fenced = ARGV[3] == "${FENCED}"
 local n = #KEYS
-if ticket == "*" then
+if seat == "${WATCHER}" then
   n = fenced and n / 3 or n / 2
-elseif ticket ~= "" then
+elseif seat ~= "" then
   n = fenced and (n - 1) / 2 or n - 1
 elseif fenced then
   n = n / 2
 end
-local marked
 if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
-  marked = {}
   for i = 1, n do
     local holder = redis.call("GET", KEYS[i])
-    if holder then
-      local mark = string.byte(holder, -1) == 33
-      if mark then holder = string.sub(holder, 1, -2) end
-      if holder ~= value and holder ~= "?" .. value then
-        local ttl = redis.call("PTTL", KEYS[i])
-        if ticket ~= "" then
-          local queue = ticket == "*" and KEYS[#KEYS - n + i] or KEYS[#KEYS]
-          if ticket == "*" then
-            redis.call("ZADD", queue, "NX", "+inf", "*")
-          else
-            redis.call("ZADD", queue, "NX", ticket, value)
-          end
-          local life = math.max(ttl, 0) + tonumber(ARGV[5])
-          if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
-          if not mark then redis.call("APPEND", KEYS[i], "!") end
+    if holder and holder ~= value and holder ~= "?" .. value then
+      local ttl = redis.call("PTTL", KEYS[i])
+      if seat ~= "" then
+        local queue = seat == "${WATCHER}" and KEYS[#KEYS - n + i] or KEYS[#KEYS]
+        if seat == "${WATCHER}" then
+          redis.call("ZADD", queue, "NX", "+inf", "${WATCHER}")
+        else
+          redis.call("ZADD", queue, "NX", seat, value)
         end
-        return -3 - ttl
+        local life = math.max(ttl, 0) + tonumber(ARGV[5])
+        if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
       end
-      marked[i] = mark
+      return -3 - ttl
     end
   end
 end
-if ticket == "*" then
-  marked = marked or {}
-  for i = 1, n do
-    marked[i] = marked[i] or redis.call("EXISTS", KEYS[#KEYS - n + i]) == 1
-  end
-elseif ticket ~= "" then
-  redis.call("ZREM", KEYS[#KEYS], value)
-  marked = {redis.call("EXISTS", KEYS[#KEYS]) == 1}
-end
+if seat ~= "" and seat ~= "${WATCHER}" then redis.call("ZREM", KEYS[#KEYS], value) end
 for i = 1, n do
-  redis.call("SET", KEYS[i], marked and marked[i] and value .. "!" or value, "PX", ARGV[2])
+  redis.call("SET", KEYS[i], value, "PX", ARGV[2])
 end
 if not fenced then return 0 end
 local token = 0
@@ -111,6 +108,46 @@ for i = n + 1, 2 * n do
 end
 return token`,
 );
+
+/** What an acquire asks of ACQUIRE besides its resources and value. */
+export interface AcquireTerms {
+  /** The lease in ms. */
+  readonly duration: number;
+  /** Whether to hand out a fencing token. */
+  readonly fencing: boolean;
+  /** Where to wait when a resource is held. */
+  readonly seat: Seat;
+  /** ms a wait queue must outlive the holder's TTL. */
+  readonly queueLife: number;
+}
+
+/**
+ * KEYS: the n resources, then (with fencing) their n counters, then the
+ * wait queue of the one resource (queued) or of each resource (watcher).
+ * ARGV: value, duration, the fencing flag, the seat ("" none, "*" watcher,
+ * or the ticket), ms the queue outlives the holder. The usual case (no
+ * fencing, no seat) sends the first two only.
+ */
+export function acquireCall(
+  resources: readonly string[],
+  value: string,
+  terms: AcquireTerms,
+): ScriptCall {
+  const { duration, fencing, seat, queueLife } = terms;
+  const counters = fencing ? resources.map(fenceKey) : [];
+  const queues = seat.kind === "none"
+    ? []
+    : seat.kind === "watcher"
+    ? resources.map(queueKey)
+    : [queueKey(resources[0]!)];
+  const keys = [...resources, ...counters, ...queues];
+  if (!fencing && seat.kind === "none") return { keys, args: [value, String(duration)] };
+  const ticket = seat.kind === "none" ? "" : seat.kind === "watcher" ? WATCHER : seat.ticket;
+  return {
+    keys,
+    args: [value, String(duration), fencing ? FENCED : "", ticket, String(queueLife)],
+  };
+}
 
 /**
  * KEYS: fencing counters. ARGV: a token.
@@ -127,17 +164,22 @@ end
 return 1`,
 );
 
+/** KEYS and ARGV of FENCE: the counters of `resources`, and the token. */
+export function fenceCall(resources: readonly string[], token: number): ScriptCall {
+  return { keys: resources.map(fenceKey), args: [String(token)] };
+}
+
 /**
- * KEYS: resources. ARGV: value, duration ms, "1" to also take free keys.
- * Returns 0 when every key is (now) ours with the new expiry (a key keeps
- * its mark, see ACQUIRE), else `-3 - pttl` of the first key held by another
- * value (pttl `-2`: missing), as ACQUIRE does.
+ * Sets every resource's expiry to the new lease when each holds the value
+ * (or, taking free keys, is missing); replies 0, else `-3 - pttl` of the
+ * first key held by another value (pttl `-2`: missing), as ACQUIRE does.
+ * Built by {@linkcode extendCall}.
  */
 export const EXTEND: LuaScript = script(
   "extend",
   `for _, key in ipairs(KEYS) do
   local holder = redis.call("GET", key)
-  if holder ~= ARGV[1] and holder ~= ARGV[1] .. "!" and not (holder == false and ARGV[3] == "1") then
+  if holder ~= ARGV[1] and not (holder == false and ARGV[3] == "${TAKE_FREE}") then
     return -3 - redis.call("PTTL", key)
   end
 end
@@ -150,64 +192,118 @@ return 0`,
 );
 
 /**
- * KEYS: the n resources, then their n wait queues. ARGV: value, ms a
- * reservation lasts, and "" (or none) to release and leave the queues, "1"
- * to release keys that hold the value but stay in the queues (and keep
- * reservations), "2" only to leave the queues (keys that hold the value
- * stay).
- * Frees every key that holds the value or is reserved for it (a value that
- * holds a key, or had it reserved, is no longer in its queue: the acquire
- * script or the release that handed it the key took it out). A key without
- * the mark (see ACQUIRE) is just deleted: nobody queued for it. A marked
- * one goes to the first waiter of its queue: handed to it (set to its value
- * for the lease its value ends with, see `Redlock`) or, when that is 0,
- * reserved for it (set to "?" and its value for the given ms, so that only
- * it can take the key), marked again when others still queue; its value is
- * then published on its Redlock's channel (see `wakeChannel()`). When only a
- * watcher's marker "*" is left there, the key is deleted, the marker taken
- * and "" published on the resource's release channel (see
- * `releaseChannel()`); with an empty queue the key is just deleted. Returns
- * how many keys held the value.
+ * KEYS: the resources. ARGV: value, the lease in ms, and the flag that also
+ * takes free keys (when `onlyIfLocked` is false).
+ */
+export function extendCall(
+  resources: readonly string[],
+  value: string,
+  duration: number,
+  onlyIfLocked: boolean,
+): ScriptCall {
+  return { keys: resources, args: [value, String(duration), onlyIfLocked ? "" : TAKE_FREE] };
+}
+
+/** What a RELEASE call does with the keys and the wait queues of a value. */
+export const RELEASE_MODE = Object.freeze({
+  /** Frees the keys the value holds or has reserved, and leaves their queues. */
+  release: "release",
+  /** Frees the keys the value holds, but keeps its place in the queues (and reservations). */
+  keepPlace: "keep-place",
+  /** Only leaves the queues: keys the value holds stay. */
+  leaveQueues: "leave-queues",
+});
+
+/** One of {@linkcode RELEASE_MODE}'s values. */
+export type ReleaseMode = typeof RELEASE_MODE[keyof typeof RELEASE_MODE];
+
+/**
+ * Frees every key that holds the value or is reserved for it (as the mode
+ * says). A key freed while its wait queue has somebody goes to the first:
+ * handed to it (set to its value for the lease its value ends with, see
+ * `Redlock`) or, when that lease is 0, reserved for it (set to `"?"` and its
+ * value for the given ms, so that only it can take the key); its value is
+ * then published on its Redlock's wake channel. When only a watcher's
+ * marker is left, the key is deleted and the release published on the
+ * resource's channel; with no queue the key is just deleted. Replies how
+ * many keys held the value. Built by {@linkcode releaseCall}.
  */
 export const RELEASE: LuaScript = script(
   "release",
   `local n = #KEYS / 2
-local value, mode = ARGV[1], ARGV[3] or ""
+local value, mode = ARGV[1], ARGV[3] or "${RELEASE_MODE.release}"
+local queued = redis.call("EXISTS", unpack(KEYS, n + 1, 2 * n)) > 0
 local count = 0
 for i = 1, n do
   local key, queue = KEYS[i], KEYS[n + i]
   local holder = redis.call("GET", key)
-  local marked = holder and string.byte(holder, -1) == 33
-  if marked then holder = string.sub(holder, 1, -2) end
-  local held = holder == value and mode ~= "2"
+  local held = holder == value and mode ~= "${RELEASE_MODE.leaveQueues}"
   if held then count = count + 1 end
-  local frees = held or (holder == "?" .. value and mode ~= "1")
-  if frees and not marked then
-    redis.call("DEL", key)
-  elseif frees then
-    local head = redis.call("ZPOPMIN", queue)[1]
+  if held or (holder == "?" .. value and mode ~= "${RELEASE_MODE.keepPlace}") then
+    local head = queued and redis.call("ZPOPMIN", queue)[1]
     if head == value then head = redis.call("ZPOPMIN", queue)[1] end
-    if head == "*" then
+    if head == "${WATCHER}" then
       redis.call("DEL", key)
       redis.call("PUBLISH", "redlock:release:" .. key, "")
     elseif head then
       local lease = tonumber(string.match(head, ":(%d+)$")) or 0
-      local mark = redis.call("EXISTS", queue) == 1 and "!" or ""
       if lease > 0 then
-        redis.call("SET", key, head .. mark, "PX", lease)
+        redis.call("SET", key, head, "PX", lease)
       else
-        redis.call("SET", key, "?" .. head .. mark, "PX", ARGV[2])
+        redis.call("SET", key, "?" .. head, "PX", ARGV[2])
       end
       redis.call("PUBLISH", "redlock:wake:" .. string.match(head, "^[^:]*"), head)
     else
       redis.call("DEL", key)
     end
-  elseif mode ~= "1" then
+  elseif queued and mode ~= "${RELEASE_MODE.keepPlace}" then
     redis.call("ZREM", queue, value)
   end
 end
 return count`,
 );
+
+/**
+ * KEYS: the n resources, then their n wait queues. ARGV: value, ms a
+ * reservation lasts, and the mode (none for {@linkcode RELEASE_MODE}.release).
+ */
+export function releaseCall(
+  resources: readonly string[],
+  value: string,
+  reservation: string,
+  mode: ReleaseMode = RELEASE_MODE.release,
+): ScriptCall {
+  const keys = resources.length === 1
+    ? [resources[0]!, queueKey(resources[0]!)]
+    : [...resources, ...resources.map(queueKey)];
+  const args = mode === RELEASE_MODE.release ? [value, reservation] : [value, reservation, mode];
+  return { keys, args };
+}
+
+/**
+ * Replies `-2` when a key is missing (or held by another value), `-1` when
+ * every key is held without expiry, else the smallest remaining ms. Built
+ * by {@linkcode inspectCall}.
+ */
+export const INSPECT: LuaScript = script(
+  "inspect",
+  `local least = -1
+for _, key in ipairs(KEYS) do
+  if ARGV[1] ~= "" and redis.call("GET", key) ~= ARGV[1] then return -2 end
+  local ttl = redis.call("PTTL", key)
+  if ttl == -2 then return -2 end
+  if ttl >= 0 and (least == -1 or ttl < least) then least = ttl end
+end
+return least`,
+);
+
+/**
+ * KEYS: the resources. ARGV: the value, or "" for any holder (a key
+ * reserved for a waiter counts as held).
+ */
+export function inspectCall(resources: readonly string[], value: string): ScriptCall {
+  return { keys: resources, args: [value] };
+}
 
 /**
  * The key of the fencing counter of `resource`: beside it, in the same
@@ -230,24 +326,3 @@ function beside(resource: string, suffix: string): string {
   const tagged = open !== -1 && resource.indexOf("}", open + 1) > open + 1;
   return tagged ? `${resource}:${suffix}` : `{${resource}}:${suffix}`;
 }
-
-/**
- * KEYS: resources. ARGV: value, or "" for any holder (a key reserved for a
- * waiter counts as held).
- * Returns `-2` when a key is missing (or held by another value), `-1` when
- * every key is held without expiry, else the smallest remaining ms.
- */
-export const INSPECT: LuaScript = script(
-  "inspect",
-  `local least = -1
-for _, key in ipairs(KEYS) do
-  if ARGV[1] ~= "" then
-    local holder = redis.call("GET", key)
-    if holder ~= ARGV[1] and holder ~= ARGV[1] .. "!" then return -2 end
-  end
-  local ttl = redis.call("PTTL", key)
-  if ttl == -2 then return -2 end
-  if ttl >= 0 and (least == -1 or ttl < least) then least = ttl end
-end
-return least`,
-);

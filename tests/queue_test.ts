@@ -82,7 +82,7 @@ for (const kind of KINDS) {
   );
 
   Deno.test(
-    `[${kind}] a key is marked while somebody queues for it, and a release of an unmarked key makes no call on the queue`,
+    `[${kind}] waiters never write to the key they wait for, and a release with nobody queued changes no queue`,
     async () => {
       await using env = await setup(kind, 3);
       await using holder = new Redlock(env.clients, { wait: "poll" });
@@ -90,36 +90,38 @@ for (const kind of KINDS) {
       await using second = new Redlock(env.clients);
       const queueCalls = () =>
         Promise.all(
-          env.servers.servers.map((s) => commandCalls(s, "exists", "zrem", "zpopmin", "zadd")),
+          env.servers.servers.map((s) => commandCalls(s, "zrem", "zpopmin", "zadd")),
         );
       await (await holder.acquire("warm-up", 1_000)).release();
       const before = await queueCalls();
       await (await holder.acquire("alone", 10_000)).release();
-      assert.deepEqual(await queueCalls(), before, "nobody queued: GET and DEL only");
+      assert.deepEqual(await queueCalls(), before, "nobody queued: no queue command");
       await onEveryServer(env.servers, "alone", null);
 
-      const held = await holder.acquire("mark", 10_000);
-      await onEveryServer(env.servers, "mark", held.value);
-      const firstWaits = first.acquire("mark", 5_000, { timeout: 5_000 });
+      const held = await holder.acquire("as-written", 10_000);
+      await onEveryServer(env.servers, "as-written", held.value);
+      const firstWaits = first.acquire("as-written", 5_000, { timeout: 5_000 });
       await sleep(100);
-      const secondWaits = second.acquire("mark", 5_000, { timeout: 5_000 });
+      const secondWaits = second.acquire("as-written", 5_000, { timeout: 5_000 });
       await sleep(200);
-      // marked once, by the first waiter
-      await onEveryServer(env.servers, "mark", `${held.value}!`);
+      // both queue, and the holder's value is exactly what it wrote
+      for (const server of env.servers.servers) {
+        assert.equal(await integer(server, "ZCARD", queueKey("as-written")), 2);
+      }
+      await onEveryServer(env.servers, "as-written", held.value);
       await held.release();
       const a = await firstWaits;
-      // the second still queues
-      await onEveryServer(env.servers, "mark", `${a.value}!`);
+      // the second still queues, and writes nothing to the first's key
+      await onEveryServer(env.servers, "as-written", a.value);
       await a.release();
       const b = await secondWaits;
-      // nobody left in the queue
-      await onEveryServer(env.servers, "mark", b.value);
+      await onEveryServer(env.servers, "as-written", b.value);
       await b.release();
-      await onEveryServer(env.servers, "mark", null);
+      await onEveryServer(env.servers, "as-written", null);
     },
   );
 
-  Deno.test(`[${kind}] extend() keeps the mark, and the release still hands the key over`, async () => {
+  Deno.test(`[${kind}] extend() while somebody queues keeps the value, and the release still hands the key over`, async () => {
     await using env = await setup(kind, 3);
     await using holder = new Redlock(env.clients, { wait: "poll" });
     // asks again only every 2 s: woken within 400 ms, it was handed the key
@@ -128,7 +130,7 @@ for (const kind of KINDS) {
     const waiting = waiter.acquire("kept", 5_000, { timeout: 5_000 });
     await sleep(300);
     await held.extend(10_000);
-    await onEveryServer(env.servers, "kept", `${held.value}!`);
+    await onEveryServer(env.servers, "kept", held.value);
     for (const server of env.servers.servers) {
       assert.ok(await integer(server, "PTTL", "kept") > 9_000);
     }
@@ -147,16 +149,16 @@ for (const kind of KINDS) {
       const held = await holder.acquire("lapse", 10_000);
       const waiting = waiter.acquire("lapse", 5_000, { timeout: 8_000 });
       await sleep(200);
-      await onEveryServer(env.servers, "lapse", `${held.value}!`);
-      // the held key lapses, and an acquire that does not queue takes it: not marked
+      await onEveryServer(env.servers, "lapse", held.value);
+      // the held key lapses, and an acquire that does not queue takes it
       for (const server of env.servers.servers) await server.command("DEL", "lapse");
       const taken = await other.acquire("lapse", 10_000);
       for (const server of env.servers.servers) {
         assert.equal(await get(server, "lapse"), taken.value);
         assert.equal(await integer(server, "ZCARD", queueKey("lapse")), 1);
       }
-      // the waiter's next attempt finds it held, and marks it
-      await onEveryServer(env.servers, "lapse", `${taken.value}!`);
+      // the waiter's next attempt finds it held, and leaves it as it is
+      await onEveryServer(env.servers, "lapse", taken.value);
       const lock = await handedOver(taken, waiting, 400);
       await lock.release();
     },
@@ -196,8 +198,8 @@ for (const kind of KINDS) {
       await sleep(200);
       const releasedAt = performance.now();
       await held.release();
-      // handed to the ghost, and marked: the waiter still queues behind it
-      assert.equal(await get(env.servers.servers[0]!, "ghost"), `${ghost}!`);
+      // handed to the ghost: the waiter still queues behind it
+      assert.equal(await get(env.servers.servers[0]!, "ghost"), ghost);
       const lock = await waiting;
       const waited = performance.now() - releasedAt;
       assert.ok(waited >= 250 && waited < 2_000, `${waited} ms after the release`);

@@ -1,0 +1,497 @@
+/**
+ * The acquire path: the lean first attempt, and the state machine every
+ * later attempt goes through (retries, the wait queue, handoffs, fencing,
+ * giving up).
+ */
+
+import { ExecutionError, type ExecutionStats, ResourceLockedError } from "./errors.ts";
+import { Lock, type LockOwner } from "./lock.ts";
+import {
+  ACQUIRE,
+  acquireCall,
+  NO_SEAT,
+  RELEASE,
+  RELEASE_MODE,
+  releaseCall,
+  type ReleaseMode,
+  type Seat,
+} from "./scripts.ts";
+import {
+  type Ballot,
+  type Send,
+  type Servers,
+  show,
+  toNumber,
+  toVote,
+  type Vote,
+} from "./_servers.ts";
+import type { Listening, Waiters } from "./_waiters.ts";
+import type { Member } from "./_quorum.ts";
+import { Conflict } from "./_votes.ts";
+import { fence } from "./_extend.ts";
+import { retryWait, type Settings } from "./_options.ts";
+import { delay, within } from "./_delay.ts";
+import { now, validUntil } from "./_time.ts";
+import { describeValue } from "./_validate.ts";
+
+/** What an acquire needs of its Redlock. */
+export interface AcquireContext {
+  readonly servers: Servers;
+  readonly waiters: Waiters;
+  /** What the locks delegate their release and extension to. */
+  readonly owner: LockOwner;
+}
+
+/** One acquire's checked arguments. */
+export interface AcquireRequest {
+  readonly keys: readonly string[];
+  readonly duration: number;
+  readonly settings: Settings;
+  readonly signal: AbortSignal | undefined;
+  readonly fencing: boolean;
+  /**
+   * Unique: the Redlock's id (which names the channel that wakes the acquire
+   * when it queues), a count, and the lease a release hands the key to it
+   * for (0: only reserve it, as a fencing token needs the acquire script).
+   */
+  readonly value: string;
+}
+
+/** An attempt's round: when it started and how the servers voted. */
+interface Attempt {
+  readonly start: number;
+  readonly ballot: Ballot;
+}
+
+/**
+ * Acquires a lock. The first attempt is kept lean for the usual case: one
+ * round, and the lock when it succeeds. Anything else (a conflict, too few
+ * servers, a fencing token to confirm, a queue to join) goes on in an
+ * {@linkcode Acquisition}, which takes that round as its first attempt.
+ */
+export function acquire(context: AcquireContext, request: AcquireRequest): Promise<Lock> {
+  const { keys, duration, settings, signal, fencing } = request;
+  if (signal?.aborted) return Promise.reject(signal.reason);
+  if (settings.wait === "notify" && keys.length === 1 && context.waiters.isHot(keys[0]!)) {
+    // An acquire of this Redlock queued for the resource just now, so it is
+    // likely still contended: queue at once.
+    return new Acquisition(context, request).run(undefined);
+  }
+  const { servers } = context;
+  const start = now();
+  const send = servers.plain && !fencing && keys.length === 1
+    ? setIfAbsent(keys[0]!, request.value, duration)
+    : servers.sender(ACQUIRE, acquireCall(keys, request.value, terms(request, NO_SEAT)));
+  return servers.vote(send, keys, settings.requestTimeout, signal, start).then(
+    (ballot) => {
+      const until = validUntil(start, duration, settings.driftFactor);
+      if (!fencing && ballot.ok && until > ballot.end) {
+        return newLock(context.owner, request, [ballot.stats], until, undefined);
+      }
+      return new Acquisition(context, request).run({ start, ballot });
+    },
+    (error) => {
+      abandon(context.servers, request);
+      throw error;
+    },
+  );
+}
+
+/**
+ * Every attempt after the first until the lock is had or given up: the
+ * state of one acquire, each change of it in one method.
+ */
+class Acquisition {
+  readonly #servers: Servers;
+  readonly #waiters: Waiters;
+  readonly #owner: LockOwner;
+  readonly #request: AcquireRequest;
+  readonly #attempts: ExecutionStats[] = [];
+  /** The attempt whose round is in flight, and the last one whose round settled. */
+  #current = 0;
+  #settled = 0;
+  /** Where this acquire waits when a resource is held. */
+  #seat: Seat = NO_SEAT;
+  /** ACQUIRE with the current seat. */
+  #script: Send;
+  /** What the next attempt sends: SET NX while the resource looks free, else `#script`. */
+  #send: Send;
+  /** Whether the wait queues may still hold this acquire's value. */
+  #queued = false;
+  #listening: Listening | undefined;
+  #granted = false;
+  /**
+   * Servers this acquire sent a release to, and whether it answered: what
+   * they hand it later may be gone (see `#join()`).
+   */
+  readonly #releasedTo = new Map<number, Promise<boolean>>();
+  /** When the first attempt in the queue started: no server queued the value before. */
+  #queuedAt: number | undefined;
+  /**
+   * ms of sleep earned and not yet slept: each failed attempt earns its
+   * retry wait, so that however a release-notified acquire spreads its
+   * sleeps, it sleeps no longer in all than a polling one would.
+   */
+  #allowance: number;
+
+  constructor(context: AcquireContext, request: AcquireRequest) {
+    this.#servers = context.servers;
+    this.#waiters = context.waiters;
+    this.#owner = context.owner;
+    this.#request = request;
+    this.#allowance = request.settings.retryCount === -1 ? Infinity : 0;
+    this.#script = this.#acquireScript();
+    const { keys, fencing, value, duration } = request;
+    // One resource without fencing: a plain SET NX, which costs the server a
+    // fifth of the script, as long as the resource looks free. After a
+    // conflict the script, which also tells the holder's TTL, saves the PTTL.
+    this.#send = this.#servers.plain && !fencing && keys.length === 1
+      ? setIfAbsent(keys[0]!, value, duration)
+      : this.#script;
+  }
+
+  get #queueable(): boolean {
+    return this.#request.settings.wait === "notify" && this.#request.keys.length === 1;
+  }
+
+  /** Runs attempts after `first` (all of them, queued at once, when there is none). */
+  async run(first: Attempt | undefined): Promise<Lock> {
+    try {
+      if (first === undefined && this.#queueable) await this.#join();
+      for (let n = 1;; n++) {
+        const { start, ballot } = n === 1 && first !== undefined ? first : await this.#attempt(n);
+        this.#attempts.push(ballot.stats);
+        if (this.#seat.kind === "queued") this.#queuedAt ??= start;
+        const lock = await this.#grant(start, ballot);
+        if (lock !== undefined) return lock;
+        const taken = this.#partial(ballot);
+        const { retryCount } = this.#request.settings;
+        if (retryCount !== -1 && n > retryCount) return await this.#giveUp(ballot, taken);
+        this.#undo(taken);
+        const handed = await this.#wait(n, start, ballot);
+        if (handed !== undefined) return handed;
+      }
+    } finally {
+      this.#leave(this.#servers.members);
+      if (this.#listening !== undefined) {
+        // A lock is handed out at once; dispose waits for the rest.
+        const done = this.#listening.done();
+        if (!this.#granted) await done;
+      }
+    }
+  }
+
+  /** One round of votes; aborted mid-round, it releases whatever lands behind it. */
+  async #attempt(n: number): Promise<Attempt> {
+    const { keys, settings, signal } = this.#request;
+    const start = now();
+    this.#current = n;
+    try {
+      const ballot = await this.#servers.vote(
+        this.#send,
+        keys,
+        settings.requestTimeout,
+        signal,
+        start,
+      );
+      this.#settled = n;
+      return { start, ballot };
+    } catch (error) {
+      abandon(this.#servers, this.#request);
+      this.#queued = false;
+      throw error;
+    }
+  }
+
+  /** The lock, when a quorum voted for in time (and, with fencing, confirmed the token). */
+  async #grant(start: number, ballot: Ballot): Promise<Lock | undefined> {
+    const { keys, duration, settings, fencing } = this.#request;
+    const until = validUntil(start, duration, settings.driftFactor);
+    if (!ballot.ok || until <= ballot.end) return undefined;
+    if (fencing) {
+      const token = await fence(this.#servers, keys, ballot.token, until, settings.requestTimeout);
+      if (token === undefined || until <= now()) return undefined;
+    }
+    // The servers that took the lock dropped the queue entry; tell the others.
+    const against = ballot.stats.votesAgainst;
+    if (this.#queued) this.#leave(this.#servers.members.filter((m) => against.has(m.index)), true);
+    return this.#lock(until, fencing ? ballot.token : undefined);
+  }
+
+  #lock(until: number, token: number | undefined): Lock {
+    this.#granted = true;
+    return newLock(this.#owner, this.#request, this.#attempts, until, token);
+  }
+
+  /**
+   * The servers where a failed attempt may have taken keys: every one that
+   * did not answer with a conflict. (In the queue, one that has not answered
+   * yet is dealt with by `#late()`, which keeps the place there.)
+   */
+  #partial(ballot: Ballot): Member[] {
+    const { votesFor, votesAgainst } = ballot.stats;
+    const queued = this.#seat.kind === "queued";
+    return this.#servers.members.filter((m) =>
+      !votesAgainst.isConflict(m.index) &&
+      (!queued || votesFor.includes(m.index) || votesAgainst.has(m.index))
+    );
+  }
+
+  /**
+   * Releases a partial (or too slow) lock where it may have landed; requests
+   * on one connection run in order, so the release lands after the acquire.
+   */
+  #undo(taken: readonly Member[]): void {
+    const mode = this.#seat.kind === "queued" ? RELEASE_MODE.keepPlace : RELEASE_MODE.release;
+    const sent = this.#servers.quietly(this.#releaser(mode), taken);
+    taken.forEach((m, i) => this.#releasedTo.set(m.index, sent[i]!));
+  }
+
+  /** Retries ran out: rejects once the release has answered (or timed out). */
+  async #giveUp(ballot: Ballot, taken: readonly Member[]): Promise<never> {
+    const { keys, settings } = this.#request;
+    const servers = this.#servers;
+    await servers.everyAnswer(
+      this.#queued ? servers.members : taken,
+      this.#releaser(RELEASE_MODE.release),
+      settings.requestTimeout,
+    );
+    this.#queued = false;
+    // Another holder kept it unless server errors alone made a quorum impossible.
+    const { votesAgainst } = ballot.stats;
+    const errors = votesAgainst.size - votesAgainst.conflicts;
+    const held = votesAgainst.conflicts > 0 &&
+      errors <= servers.members.length - servers.quorum;
+    const message = `acquire of ${show(keys)} failed`;
+    throw held
+      ? new ResourceLockedError(`${message}: held by another lock`, this.#attempts)
+      : new ExecutionError(message, this.#attempts);
+  }
+
+  /**
+   * Waits before the next attempt: `retryDelay` plus jitter, or, woken by
+   * releases, as long as the allowance lets it (see `#allowance`), less when
+   * the holder's TTL ends first. The first wait for a held resource instead
+   * takes a seat (queued, or watching) and retries at once. Returns the
+   * lock when a release handed it over.
+   */
+  async #wait(n: number, start: number, ballot: Ballot): Promise<Lock | undefined> {
+    const { settings, signal } = this.#request;
+    const conflicts = ballot.stats.votesAgainst.conflicts;
+    if (conflicts > 0) this.#send = this.#script;
+    const sleep = retryWait(settings, n);
+    this.#allowance += sleep;
+    if (settings.wait === "notify" && conflicts > 0) {
+      const fallback = Math.min(
+        Number.isFinite(ballot.heldFor) ? ballot.heldFor + 1 : sleep,
+        this.#allowance,
+      );
+      if (this.#queueable) {
+        if (this.#listening === undefined && await this.#join()) return undefined;
+        if (this.#seat.kind === "queued") {
+          // Woken by the releases that handed the key to this acquire (or
+          // reserved it); a waiter ahead that went away holds it up at most
+          // about a request timeout, hence that bound too.
+          await this.#sleep(start, Math.min(fallback, settings.requestTimeout + 1));
+          return this.#handoff();
+        }
+      } else {
+        if (this.#listening === undefined && await this.#watch()) return undefined;
+        if (this.#listening!.subscribed) {
+          await this.#sleep(start, fallback);
+          return undefined;
+        }
+      }
+    }
+    await delay(sleep, signal);
+    this.#allowance -= sleep;
+    return undefined;
+  }
+
+  /** Sleeps until a release after `since` wakes it, at most `ms`; draws on the allowance. */
+  async #sleep(since: number, ms: number): Promise<void> {
+    const t = now();
+    await this.#listening!.wait(since, ms, this.#request.signal);
+    this.#allowance -= now() - t;
+  }
+
+  /**
+   * Subscribes to the Redlock's wake channel and takes a place in the
+   * resource's wait queue with the next attempt; false when no server
+   * confirmed the subscription.
+   */
+  async #join(): Promise<boolean> {
+    const { keys, settings, value } = this.#request;
+    // A release sent before the acquire queues, once answered, ran before
+    // its place in the queues, so it cannot take back a key a server hands
+    // it later: such servers count again. (One that has not answered may
+    // still land late, e.g. as an EVAL sent after NOSCRIPT.)
+    const sent = [...this.#releasedTo];
+    const [listening, answered] = await Promise.all([
+      this.#waiters.listen(keys, settings.requestTimeout, value),
+      Promise.all(sent.map(([, reply]) => within(reply, settings.requestTimeout))),
+    ]);
+    sent.forEach(([server, reply], i) => {
+      if (answered[i] === true && this.#releasedTo.get(server) === reply) {
+        this.#releasedTo.delete(server);
+      }
+    });
+    this.#listening = listening;
+    if (!listening.subscribed) return false;
+    this.#waiters.queued(keys[0]!);
+    this.#seat = { kind: "queued", ticket: String(Date.now()) };
+    this.#queued = true;
+    this.#send = this.#script = this.#lateAware(this.#acquireScript());
+    return true;
+  }
+
+  /**
+   * Listens for releases of the resources and retries as a watcher, whose
+   * conflict leaves the marker that makes the holder's release publish;
+   * false when no server confirmed the subscription.
+   */
+  async #watch(): Promise<boolean> {
+    const { keys, settings } = this.#request;
+    this.#listening = await this.#waiters.listen(keys, settings.requestTimeout);
+    if (!this.#listening.subscribed) return false;
+    this.#seat = { kind: "watcher" };
+    this.#send = this.#script = this.#acquireScript();
+    return true;
+  }
+
+  /**
+   * The lock a quorum of servers handed to this queued acquire (see
+   * RELEASE), or undefined when fewer did, too little of the lease is left,
+   * or a fencing token is needed (a reserved key is taken by the next
+   * attempt). Each server handed it after it queued the value, so the keys
+   * last at least until `#queuedAt` plus the lease, unless this acquire
+   * released them itself after a failed attempt: such servers do not count.
+   */
+  #handoff(): Lock | undefined {
+    const { duration, settings, fencing } = this.#request;
+    if (fencing || this.#queuedAt === undefined) return undefined;
+    const servers = this.#servers;
+    const votesFor = this.#listening!.heard().filter((server) => !this.#releasedTo.has(server));
+    if (votesFor.length < servers.quorum) return undefined;
+    const until = validUntil(this.#queuedAt, duration, settings.driftFactor);
+    const end = now();
+    // A long wait leaves little of the lease: then an attempt renews it.
+    if (until - end < duration / 2) return undefined;
+    this.#attempts.push({
+      membershipSize: servers.members.length,
+      quorumSize: servers.quorum,
+      votesFor,
+      votesAgainst: new Map(),
+      elapsed: end - this.#queuedAt,
+    });
+    this.#queued = false;
+    return this.#lock(until, undefined);
+  }
+
+  /**
+   * An answer that came after its round settled: `taken` true when the
+   * server took the key, false on a conflict, undefined on an error (it
+   * may have). Once granted, the lock keeps what it took and leaves the
+   * other queues; before, what a failed attempt took is released, and the
+   * acquire keeps its place in the queues.
+   */
+  #late(member: Member, taken: boolean | undefined): void {
+    if (this.#granted) {
+      if (taken !== true) this.#servers.quietly(this.#releaser(RELEASE_MODE.leaveQueues), [member]);
+    } else if (taken !== false) {
+      const [sent] = this.#servers.quietly(this.#releaser(RELEASE_MODE.keepPlace), [member]);
+      this.#releasedTo.set(member.index, sent!);
+    }
+  }
+
+  /** Drops the queue entries on `members`; `keep` keeps keys the value holds. */
+  #leave(members: readonly Member[], keep = false): void {
+    if (this.#queued) {
+      const mode = keep ? RELEASE_MODE.leaveQueues : RELEASE_MODE.release;
+      this.#servers.quietly(this.#releaser(mode), members);
+    }
+    this.#queued = false;
+  }
+
+  /** ACQUIRE with the current seat. */
+  #acquireScript(): Send {
+    const { keys, value } = this.#request;
+    return this.#servers.sender(
+      ACQUIRE,
+      acquireCall(keys, value, terms(this.#request, this.#seat)),
+    );
+  }
+
+  /** A queued acquire's sender, which deals with answers that come after their round settled. */
+  #lateAware(send: Send): Send {
+    return (member) => {
+      const sentIn = this.#current;
+      return send(member).then((reply) => {
+        const vote = toVote(reply, member.index);
+        if (sentIn <= this.#settled) this.#late(member, typeof vote === "number");
+        return vote;
+      }, (error) => {
+        if (sentIn <= this.#settled) this.#late(member, undefined);
+        throw error;
+      });
+    };
+  }
+
+  #releaser(mode: ReleaseMode): Send {
+    return releaser(this.#servers, this.#request, mode);
+  }
+}
+
+/** ACQUIRE's terms for `request` with `seat`. */
+function terms(request: AcquireRequest, seat: Seat) {
+  return {
+    duration: request.duration,
+    fencing: request.fencing,
+    seat,
+    queueLife: 4 * request.settings.requestTimeout,
+  };
+}
+
+function releaser(servers: Servers, request: AcquireRequest, mode: ReleaseMode): Send {
+  const reservation = String(request.settings.requestTimeout);
+  return servers.sender(RELEASE, releaseCall(request.keys, request.value, reservation, mode));
+}
+
+/** Aborted mid-round: whatever lands on a server is released behind it. */
+function abandon(servers: Servers, request: AcquireRequest): void {
+  servers.quietly(releaser(servers, request, RELEASE_MODE.release), servers.members);
+}
+
+function newLock(
+  owner: LockOwner,
+  request: AcquireRequest,
+  attempts: readonly ExecutionStats[],
+  until: number,
+  fencingToken: number | undefined,
+): Lock {
+  return new Lock({
+    owner,
+    resources: Object.freeze(request.keys),
+    value: request.value,
+    attempts: Object.freeze(attempts),
+    validUntil: until,
+    fencingToken,
+  });
+}
+
+/**
+ * Acquire votes by `SET key value PX duration NX`: for when it was set,
+ * else a conflict with the holder's TTL, asked by PTTL. The PTTL is only
+ * read; nothing is written after a SET, so a release sent on the same
+ * connection behind it still lands last.
+ */
+function setIfAbsent(key: string, value: string, duration: number): Send {
+  return (m) =>
+    m.runner.setIfAbsent!(key, value, duration).then((set): Vote | Promise<Vote> => {
+      if (set === true) return 0;
+      if (set !== false) {
+        throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
+      }
+      return m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
+    });
+}

@@ -1,0 +1,80 @@
+/**
+ * using()'s automatic extension: extends the lock a threshold before its
+ * validity ends, again and again, and aborts a signal when it cannot.
+ */
+
+import type { Lock } from "./lock.ts";
+import type { UsingContext } from "./options.ts";
+import type { Settings } from "./_options.ts";
+
+/**
+ * The threshold using() extends at: the one set, which must be below the
+ * duration, or else 500 ms or half the duration, whichever is less.
+ */
+export function extensionThreshold(settings: Settings, duration: number): number {
+  const threshold = settings.automaticExtensionThreshold;
+  if (!settings.thresholdSet) return Math.min(threshold, Math.floor(duration / 2));
+  if (threshold >= duration) {
+    throw new RangeError(
+      `automaticExtensionThreshold must be below duration (${duration}), got ${threshold} ` +
+        "(set in the options; leave it out for a default that fits the duration)",
+    );
+  }
+  return threshold;
+}
+
+/** Extends `lock` (the extension function is given the stop signal). */
+export type Extender = (lock: Lock, signal: AbortSignal) => Promise<Lock>;
+
+/**
+ * Keeps a lock alive: schedules each extension `threshold` ms before the
+ * current lock's validity ends. When an extension fails, `signal` aborts
+ * with its error (the lock can no longer be valid).
+ */
+export class AutoExtension {
+  /** What the routine sees: the current lock and how many extensions succeeded. */
+  readonly context: { lock: Lock; extensions: number } & UsingContext;
+  /** Aborts when the lock is lost, or when the caller's signal aborts. */
+  readonly signal: AbortSignal;
+  readonly #threshold: number;
+  readonly #extend: Extender;
+  readonly #lost = new AbortController();
+  readonly #stop = new AbortController();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #extending: Promise<void> | undefined;
+
+  constructor(lock: Lock, threshold: number, extend: Extender, signal: AbortSignal | undefined) {
+    this.context = { lock, extensions: 0 };
+    this.#threshold = threshold;
+    this.#extend = extend;
+    this.signal = signal ? AbortSignal.any([this.#lost.signal, signal]) : this.#lost.signal;
+    this.#schedule();
+  }
+
+  /** Stops extending; resolves to the current lock once no extension is under way. */
+  async stop(): Promise<Lock> {
+    clearTimeout(this.#timer);
+    this.#stop.abort();
+    await this.#extending;
+    return this.context.lock;
+  }
+
+  #schedule(): void {
+    const wait = Math.max(0, this.context.lock.remainingTime - this.#threshold);
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined;
+      this.#extending = this.#extend(this.context.lock, this.#stop.signal).then(
+        (next) => this.#extended(next),
+        (error) => {
+          if (!this.#stop.signal.aborted) this.#lost.abort(error);
+        },
+      );
+    }, wait);
+  }
+
+  #extended(next: Lock): void {
+    this.context.lock = next;
+    this.context.extensions++;
+    if (!this.#stop.signal.aborted) this.#schedule();
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * Extending a lock, and confirming a fencing token on a quorum.
+ */
+
+import { ExecutionError, type ExecutionStats, LockLostError } from "./errors.ts";
+import { Lock, type LockOwner } from "./lock.ts";
+import { EXTEND, extendCall, FENCE, fenceCall } from "./scripts.ts";
+import { type Servers, show } from "./_servers.ts";
+import { round } from "./_quorum.ts";
+import { retryWait, type Settings } from "./_options.ts";
+import { delay } from "./_delay.ts";
+import { now, validUntil } from "./_time.ts";
+
+/** One extension's checked arguments. */
+export interface ExtendRequest {
+  readonly lock: Lock;
+  readonly duration: number;
+  readonly settings: Settings;
+  /** False to take keys of the lock that expired again when they are free. */
+  readonly onlyIfLocked: boolean;
+  readonly signal: AbortSignal | undefined;
+}
+
+/**
+ * Extends a lock to `duration` ms from the start of the successful attempt,
+ * retrying as the settings say; the new lock has the same value and token.
+ */
+export async function extend(
+  servers: Servers,
+  owner: LockOwner,
+  request: ExtendRequest,
+): Promise<Lock> {
+  const { lock, duration, settings, onlyIfLocked, signal } = request;
+  signal?.throwIfAborted();
+  const attempts: ExecutionStats[] = [];
+  const what = `extend of ${show(lock.resources)}`;
+  const send = servers.sender(
+    EXTEND,
+    extendCall(lock.resources, lock.value, duration, onlyIfLocked),
+  );
+  for (let n = 1;; n++) {
+    if (onlyIfLocked && lock.remainingTime <= 0) {
+      throw new LockLostError(`${what} failed: the lock expired or was released`, attempts);
+    }
+    const start = now();
+    const ballot = await servers.vote(send, lock.resources, settings.requestTimeout, signal, start);
+    attempts.push(ballot.stats);
+    const until = validUntil(start, duration, settings.driftFactor);
+    if (ballot.ok && until > ballot.end) {
+      return new Lock({
+        owner,
+        resources: lock.resources,
+        value: lock.value,
+        attempts: Object.freeze(attempts),
+        validUntil: until,
+        fencingToken: lock.fencingToken,
+      });
+    }
+    if (ballot.stats.votesAgainst.conflicts > servers.members.length - servers.quorum) {
+      throw new LockLostError(`${what} failed: the lock is no longer ours`, attempts);
+    }
+    const { retryCount } = settings;
+    if (retryCount !== -1 && n > retryCount) {
+      throw new ExecutionError(`${what} failed`, attempts);
+    }
+    await delay(retryWait(settings, n), signal);
+  }
+}
+
+/**
+ * Makes `token` (the largest counter of the acquiring quorum) known to a
+ * quorum before the lock is handed out, so that any later quorum sees it.
+ * Returns the token, or undefined when no quorum confirmed it in time.
+ */
+export async function fence(
+  servers: Servers,
+  resources: readonly string[],
+  token: number,
+  until: number,
+  requestTimeout: number,
+): Promise<number | undefined> {
+  if (servers.members.length === 1) return token; // the acquire script wrote it
+  const call = fenceCall(resources, token);
+  const tally = await round(
+    servers.members,
+    (m) => servers.run(m, FENCE, call, (reply) => reply),
+    {
+      timeout: Math.max(1, Math.min(requestTimeout, until - now())),
+      done: ({ answers }) => answers.size >= servers.quorum,
+      onError: servers.emit,
+    },
+  );
+  return tally.answers.size >= servers.quorum ? token : undefined;
+}

@@ -1,0 +1,235 @@
+/**
+ * The servers of a Redlock, and how an operation puts a question to all of
+ * them at once and counts their votes.
+ */
+
+import { type RedisClient, toScriptClient } from "./clients.ts";
+import type { ExecutionStats } from "./errors.ts";
+import { RedlockErrorEvent } from "./error_event.ts";
+import type { LuaScript, ScriptCall } from "./scripts.ts";
+import { type Member, round, type Tally } from "./_quorum.ts";
+import { Conflict, VotesAgainst } from "./_votes.ts";
+import { hashSlot } from "./_slot.ts";
+import { now } from "./_time.ts";
+import { describeValue } from "./_validate.ts";
+
+/**
+ * A server's answer to acquire or extend: for (with the server's fencing
+ * token, 0 without fencing), or a conflict.
+ */
+export type Vote = number | Conflict;
+
+/** Sends one request to one server. */
+export type Send = (member: Member) => Promise<unknown>;
+
+/** The outcome of one round of acquire, extend or release votes. */
+export interface Ballot {
+  /** (Its `votesAgainst` answers `isConflict()` and `conflicts` without making errors.) */
+  readonly stats: ExecutionStats & { readonly votesAgainst: VotesAgainst };
+  /** Whether a quorum voted for. */
+  readonly ok: boolean;
+  /** The largest fencing token among the votes for. */
+  readonly token: number;
+  /** The shortest positive TTL of a conflicting key, or Infinity. */
+  readonly heldFor: number;
+  /** When the round settled (monotonic). */
+  readonly end: number;
+}
+
+/**
+ * The vote in an ACQUIRE or EXTEND reply: the token (≥ 0) for, or
+ * `-3 - pttl` against.
+ */
+export function toVote(reply: unknown, server: number): Vote {
+  if (Number.isInteger(reply)) {
+    const n = reply as number;
+    return n >= 0 ? n : new Conflict(server, -3 - n);
+  }
+  throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
+}
+
+/** A reply that must be a number (a count or a TTL). */
+export function toNumber(reply: unknown, server: number): number {
+  if (typeof reply === "number") return reply;
+  throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
+}
+
+/** A release vote: for, once the reply is a count. */
+const released = (reply: unknown, member: Member): Vote => (toNumber(reply, member.index), 0);
+
+/** An acquire or extend vote: a script's reply, or a vote `setIfAbsent` already made. */
+const asVote = (reply: unknown, member: Member): Vote =>
+  reply instanceof Conflict ? reply : toVote(reply, member.index);
+
+const CROSSSLOT = /^-?CROSSSLOT/;
+
+/** A clearer error for a script sent to a cluster with keys in several hash slots. */
+function crossSlot(error: Error, keys: readonly string[]): Error {
+  if (!CROSSSLOT.test(error.message)) return error;
+  return new TypeError(
+    `resources ${show(keys)} are in different cluster hash slots; give them one ` +
+      `hash tag, e.g. "{game42}:board" and "{game42}:turn"`,
+    { cause: error },
+  );
+}
+
+/** Resources as error messages show them. */
+export function show(keys: readonly string[]): string {
+  return keys.length === 1 ? JSON.stringify(keys[0]) : `[${keys.map((k) => JSON.stringify(k))}]`;
+}
+
+/**
+ * The servers (or clusters) of a Redlock: each with its client and script
+ * runner, the quorum, and the errors they raise as events on `target`.
+ */
+export class Servers {
+  readonly members: readonly Member[];
+  /** How many must agree: `⌊members / 2⌋ + 1`. */
+  readonly quorum: number;
+  /** Whether any is a Redis Cluster (keys of one lock need one hash slot). */
+  readonly cluster: boolean;
+  /** Whether every client has `setIfAbsent` and `pttl` (plain SET NX for one resource). */
+  readonly plain: boolean;
+  readonly #target: EventTarget;
+
+  constructor(clients: readonly RedisClient[], target: EventTarget) {
+    this.members = clients.map((client, index) => {
+      try {
+        return { index, client, runner: toScriptClient(client) };
+      } catch (error) {
+        throw new TypeError(`clients[${index}]: ${(error as Error).message}`, { cause: error });
+      }
+    });
+    this.quorum = Math.floor(clients.length / 2) + 1;
+    this.cluster = this.members.some((m) => m.runner.cluster === true);
+    this.plain = this.members.every((m) =>
+      typeof m.runner.setIfAbsent === "function" && typeof m.runner.pttl === "function"
+    );
+    this.#target = target;
+  }
+
+  /** Dispatches a server's failure as an `"error"` event. */
+  readonly emit = (error: Error, member: Member): void => {
+    this.#target.dispatchEvent(new RedlockErrorEvent(error, member.index, member.client));
+  };
+
+  /** Whether a round of votes can settle: a quorum for, or a quorum impossible. */
+  readonly decided = ({ answers, errors }: Tally<Vote>): boolean => {
+    let yes = 0;
+    let no = errors.size;
+    for (const vote of answers.values()) typeof vote === "number" ? yes++ : no++;
+    return yes >= this.quorum || no > this.members.length - this.quorum;
+  };
+
+  /** Checks that `keys` hash to one slot when a server is a cluster. */
+  checkSlots(keys: readonly string[]): void {
+    if (!this.cluster) return;
+    const slots = new Set(keys.map(hashSlot));
+    if (slots.size > 1) {
+      throw new TypeError(
+        `resources ${show(keys)} map to ${slots.size} Redis Cluster hash slots, and one lock ` +
+          `needs one: give them a common hash tag, e.g. "{game42}:board" and "{game42}:turn"`,
+      );
+    }
+  }
+
+  /** A sender of `script` with `call`'s keys and arguments. */
+  sender(script: LuaScript, call: ScriptCall): Send {
+    const { keys, args } = call;
+    return (m) => m.runner.evalScript(script, keys, args);
+  }
+
+  /**
+   * One round of acquire or extend votes on `keys` (sent as scripts, or as
+   * votes already made): success on a quorum of "for".
+   */
+  vote(
+    send: Send,
+    keys: readonly string[],
+    timeout: number,
+    signal: AbortSignal | undefined,
+    start: number = now(),
+  ): Promise<Ballot> {
+    return round<Vote, Ballot>(this.members, send, {
+      timeout,
+      start,
+      signal,
+      onError: this.emit,
+      done: this.decided,
+      judge: asVote,
+      failure: (error) => crossSlot(error, keys),
+      settle: (tally) => this.ballot(tally, start),
+    });
+  }
+
+  /** One round of releases: settles on a quorum, like a vote. */
+  release(send: Send, timeout: number, start: number): Promise<Ballot> {
+    return round<Vote, Ballot>(this.members, send, {
+      timeout,
+      start,
+      onError: this.emit,
+      done: this.decided,
+      judge: released,
+      settle: (tally) => this.ballot(tally, start),
+    });
+  }
+
+  /** Sends to `members` and waits for every answer (or time-out); failures become events. */
+  async everyAnswer(members: readonly Member[], send: Send, timeout: number): Promise<void> {
+    await round(members, send, { timeout, done: () => false, onError: this.emit });
+  }
+
+  /**
+   * Sends to `members` without waiting; failures become error events.
+   * Returns, per member, whether its request answered.
+   */
+  quietly(send: Send, members: readonly Member[]): Promise<boolean>[] {
+    return members.map((member) =>
+      send(member).then(() => true, (error) => {
+        this.emit(error instanceof Error ? error : new Error(String(error)), member);
+        return false;
+      })
+    );
+  }
+
+  /** Runs `script` on one server; `judge` checks and converts its reply. */
+  run<T>(
+    member: Member,
+    script: LuaScript,
+    call: ScriptCall,
+    judge: (reply: unknown, server: number) => T,
+  ): Promise<T> {
+    return member.runner.evalScript(script, call.keys, call.args).then(
+      (reply) => judge(reply, member.index),
+      (error) => {
+        throw error instanceof Error ? crossSlot(error, call.keys) : error;
+      },
+    );
+  }
+
+  /** Counts a round's votes. */
+  ballot(tally: Tally<Vote>, start: number): Ballot {
+    const end = now();
+    const votesFor: number[] = [];
+    const conflicts: Conflict[] = [];
+    let token = 0;
+    let heldFor = Infinity;
+    for (const [server, vote] of tally.answers) {
+      if (typeof vote === "number") {
+        votesFor.push(server);
+        if (vote > token) token = vote;
+      } else {
+        conflicts.push(vote);
+        if (vote.ttl > 0 && vote.ttl < heldFor) heldFor = vote.ttl;
+      }
+    }
+    const stats = {
+      membershipSize: this.members.length,
+      quorumSize: this.quorum,
+      votesFor,
+      votesAgainst: new VotesAgainst(conflicts, tally.errors),
+      elapsed: end - start,
+    };
+    return { stats, ok: votesFor.length >= this.quorum, token, heldFor, end };
+  }
+}
