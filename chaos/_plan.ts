@@ -172,8 +172,9 @@ export function planFaults(rng: Rng, options: PlanOptions): PlannedFault[] {
           // which a loaded machine does not promise (see docs/safety.md)
           count: kind === "clock-jump" ? Math.min(1, minority) : servers - minority,
           // every lock the jumped servers held is gone: no other fault until
-          // every lease taken before the jump (and its one extension) ended
-          duration: maxLease + 500,
+          // every lease taken before the jump (and its one extension) ended;
+          // a majority's jump shows its overlaps within the lingering hold
+          duration: kind === "clock-jump" ? maxLease + 500 : Math.round(maxLease / 2),
           extra: Math.ceil(maxLease / 1000) * 1000 + rng.int(1, 3) * 1000,
           pick,
         });
