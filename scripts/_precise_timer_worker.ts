@@ -17,6 +17,7 @@ self.onmessage = (event: MessageEvent<SharedArrayBuffer>) => {
   const control = new Int32Array(event.data, 0, 2);
   const deadline = new Float64Array(event.data, 8, 1);
   const now = () => performance.timeOrigin + performance.now();
+  self.postMessage("started");
   while (Atomics.load(control, 1) === 0) {
     const generation = Atomics.load(control, 0);
     const wait = deadline[0]! - now();

@@ -163,9 +163,11 @@ export class FaultProxy implements AsyncDisposable {
    * @param options Initial delay and jitter, the random source, a shared timer.
    * @returns The running proxy.
    */
-  static start(target: number, options: ProxyOptions = {}): Promise<FaultProxy> {
+  static async start(target: number, options: ProxyOptions = {}): Promise<FaultProxy> {
     const listener = Deno.listen({ hostname: "127.0.0.1", port: 0, transport: "tcp" });
-    return Promise.resolve(new FaultProxy(listener, target, options));
+    const proxy = new FaultProxy(listener, target, options);
+    await proxy.#timer.ready;
+    return proxy;
   }
 
   /** Open proxied connections. */

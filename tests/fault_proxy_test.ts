@@ -37,7 +37,7 @@ class Raw {
   }
 
   /** The next line of reply, or null when the connection closed, or undefined after `ms`. */
-  async line(ms = 2_000): Promise<string | null | undefined> {
+  async line(ms = 5_000): Promise<string | null | undefined> {
     const deadline = performance.now() + ms;
     for (;;) {
       const eol = this.#text.indexOf("\r\n");
