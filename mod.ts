@@ -50,6 +50,14 @@ export {
 } from "./src/errors.ts";
 export { RedlockErrorEvent } from "./src/error_event.ts";
 export {
+  type AcquiredDetail,
+  LockAcquiredEvent,
+  LockExtendedEvent,
+  LockLostEvent,
+  LockReleasedEvent,
+  type RedlockEventMap,
+} from "./src/events.ts";
+export {
   denoRedisClient,
   type DenoRedisLike,
   ioredisClient,

@@ -24,8 +24,7 @@ export class RedlockErrorEvent extends Event {
   readonly error: Error;
   /** The index of the failing server in the Redlock's client list. */
   readonly server: number;
-  /** The client object of that server, as given to `new Redlock()`. */
-  readonly client: object;
+  readonly #client: object;
 
   /**
    * Makes an error event.
@@ -38,6 +37,17 @@ export class RedlockErrorEvent extends Event {
     super("error");
     this.error = error;
     this.server = server;
-    this.client = client;
+    this.#client = client;
+  }
+
+  /**
+   * The client object of that server, as given to `new Redlock()` (the
+   * Redlock itself for an error of a whole operation). A getter, so that
+   * logging the event does not print the client's options.
+   *
+   * @returns The client.
+   */
+  get client(): object {
+    return this.#client;
   }
 }

@@ -7,8 +7,20 @@
  */
 
 import type { RedisClient } from "./clients.ts";
-import { ExecutionError, type ExecutionResult, ResourceLockedError } from "./errors.ts";
+import {
+  ExecutionError,
+  type ExecutionResult,
+  LockLostError,
+  ResourceLockedError,
+} from "./errors.ts";
 import { RedlockErrorEvent } from "./error_event.ts";
+import {
+  LockAcquiredEvent,
+  LockExtendedEvent,
+  LockLostEvent,
+  LockReleasedEvent,
+  type RedlockEventMap,
+} from "./events.ts";
 import type { Lock, LockOwner } from "./lock.ts";
 import type {
   AcquireOptions,
@@ -22,9 +34,15 @@ import type {
 } from "./options.ts";
 import { fenceKey, RELEASE, releaseCall } from "./scripts.ts";
 import { duplicateSubscriber } from "./subscriber.ts";
-import { acquire, type AcquireContext, type AcquireRequest } from "./_acquisition.ts";
+import {
+  acquire,
+  type AcquireContext,
+  type AcquireRequest,
+  wasHandedOver,
+} from "./_acquisition.ts";
 import { AutoExtension, extensionThreshold } from "./_auto_extend.ts";
-import { extend } from "./_extend.ts";
+import { extend, type ExtendRequest } from "./_extend.ts";
+import { HOOKS } from "./_hooks.ts";
 import { inspect } from "./_inspect.ts";
 import {
   checkCallOptions,
@@ -47,6 +65,14 @@ import {
   describeValue,
 } from "./_validate.ts";
 
+const EVENT_TYPES: ReadonlySet<string> = new Set<keyof RedlockEventMap>([
+  "error",
+  "acquired",
+  "released",
+  "extended",
+  "lost",
+]);
+
 /** What a Redlock shows of itself in logs: never its clients. */
 export interface RedlockSummary {
   /** How many servers (or clusters) it has. */
@@ -63,7 +89,9 @@ export interface RedlockSummary {
  * and its validity is measured on the monotonic clock.
  *
  * Per-server failures are dispatched as {@linkcode RedlockErrorEvent}s named
- * `"error"`; they are never fatal by themselves.
+ * `"error"`; they are never fatal by themselves. Lifecycle events
+ * (`"acquired"`, `"released"`, `"extended"`, `"lost"`) are dispatched only
+ * while somebody listens.
  *
  * @example Taking turns on a resource
  * ```ts no-eval
@@ -90,6 +118,8 @@ export class Redlock extends EventTarget implements LockOwner {
   /** How many acquires were made: the second part. */
   #acquires = 0;
   readonly #context: AcquireContext;
+  /** The listeners of each event type, so that no event is made for nobody. */
+  readonly #listeners = new Map<string, Set<unknown>>();
 
   /**
    * Makes a Redlock over independent Redis servers or clusters.
@@ -299,7 +329,7 @@ export class Redlock extends EventTarget implements LockOwner {
     const settings = checkSettings(opts, this.#settings, "options");
     const { signal, dispose } = deadline(opts.signal, opts.timeout);
     try {
-      return await extend(this.#servers, this, {
+      return await this.#extend({
         lock,
         duration,
         settings,
@@ -390,7 +420,7 @@ export class Redlock extends EventTarget implements LockOwner {
       lock,
       threshold,
       (current, signal) =>
-        extend(this.#servers, this, {
+        this.#extend({
           lock: current,
           duration,
           settings: extendSettings,
@@ -507,7 +537,7 @@ export class Redlock extends EventTarget implements LockOwner {
    * @param type The event type: `"error"`.
    * @param listener Called with each error and its event.
    * @returns A function that removes the listener.
-   * @throws {TypeError} When `type` is not `"error"` or `listener` is no function.
+   * @throws {TypeError} When `type` is no event of a Redlock or `listener` is no function.
    *
    * @example Logging
    * ```ts no-eval
@@ -517,17 +547,83 @@ export class Redlock extends EventTarget implements LockOwner {
    * off();
    * ```
    */
-  on(type: "error", listener: (error: Error, event: RedlockErrorEvent) => void): () => void {
-    if (type !== "error") throw new TypeError(`type must be "error", got ${describeValue(type)}`);
+  on(type: "error", listener: (error: Error, event: RedlockErrorEvent) => void): () => void;
+  /**
+   * Listens for a lifecycle event: `"acquired"`, `"released"`, `"extended"`
+   * or `"lost"` (see {@linkcode RedlockEventMap}).
+   *
+   * @param type The event type.
+   * @param listener Called with each event.
+   * @returns A function that removes the listener.
+   * @throws {TypeError} When `type` is no event of a Redlock or `listener` is no function.
+   *
+   * @example Measuring waits
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * redlock.on("acquired", (event) => console.log(event.waited, event.attempts));
+   * ```
+   */
+  on<K extends Exclude<keyof RedlockEventMap, "error">>(
+    type: K,
+    listener: (event: RedlockEventMap[K]) => void,
+  ): () => void;
+  on(
+    type: keyof RedlockEventMap,
+    listener: ((error: Error, event: RedlockErrorEvent) => void) | ((event: Event) => void),
+  ): () => void {
+    if (!EVENT_TYPES.has(type)) {
+      throw new TypeError(
+        `type must be one of ${[...EVENT_TYPES].join(", ")}, got ${describeValue(type)}`,
+      );
+    }
     if (typeof listener !== "function") {
       throw new TypeError(`listener must be a function, got ${describeValue(listener)}`);
     }
-    const handler = (event: Event) => {
-      const e = event as RedlockErrorEvent;
-      listener(e.error, e);
-    };
-    this.addEventListener("error", handler);
-    return () => this.removeEventListener("error", handler);
+    const handler = type === "error"
+      ? (event: Event) => {
+        const e = event as RedlockErrorEvent;
+        (listener as (error: Error, event: RedlockErrorEvent) => void)(e.error, e);
+      }
+      : listener as (event: Event) => void;
+    this.addEventListener(type, handler);
+    return () => this.removeEventListener(type, handler);
+  }
+
+  /**
+   * Adds an event listener, as on any `EventTarget`; see
+   * {@linkcode RedlockEventMap} for the events.
+   *
+   * @param type The event type.
+   * @param listener The listener.
+   * @param options The standard listener options.
+   */
+  override addEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | AddEventListenerOptions,
+  ): void {
+    super.addEventListener(type, listener, options);
+    if (listener === null) return;
+    let set = this.#listeners.get(type);
+    if (set === undefined) this.#listeners.set(type, set = new Set());
+    set.add(listener);
+  }
+
+  /**
+   * Removes an event listener, as on any `EventTarget`.
+   *
+   * @param type The event type.
+   * @param listener The listener.
+   * @param options The standard listener options.
+   */
+  override removeEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | EventListenerOptions,
+  ): void {
+    super.removeEventListener(type, listener, options);
+    this.#listeners.get(type)?.delete(listener);
   }
 
   /**
@@ -637,15 +733,61 @@ export class Redlock extends EventTarget implements LockOwner {
     return [request, opts.timeout];
   }
 
-  /** Acquires, bounded by `timeout` when given. */
+  /** Acquires, bounded by `timeout` when given, through the hooks and with the event. */
   #acquire(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
-    if (timeout === undefined) return acquire(this.#context, request);
-    const { signal, dispose } = deadline(request.signal, timeout);
-    return acquire(this.#context, { ...request, signal }).finally(dispose);
+    const hooks = HOOKS.get(this);
+    const run = () => this.#acquireNow(request, timeout);
+    return hooks === undefined ? run() : hooks.acquire(request.keys, run);
+  }
+
+  #acquireNow(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
+    const start = now();
+    let acquiring: Promise<Lock>;
+    if (timeout === undefined) acquiring = acquire(this.#context, request);
+    else {
+      const { signal, dispose } = deadline(request.signal, timeout);
+      acquiring = acquire(this.#context, { ...request, signal }).finally(dispose);
+    }
+    if (!this.#listened("acquired")) return acquiring;
+    return acquiring.then((lock) => {
+      const waited = now() - start;
+      this.dispatchEvent(new LockAcquiredEvent({ lock, waited, handoff: wasHandedOver(lock) }));
+      return lock;
+    });
+  }
+
+  /** Extends, through the hooks and with the events. */
+  #extend(request: ExtendRequest): Promise<Lock> {
+    const hooks = HOOKS.get(this);
+    const run = () =>
+      extend(this.#servers, this, request).then((lock) => {
+        if (this.#listened("extended")) {
+          this.dispatchEvent(new LockExtendedEvent(lock, request.lock));
+        }
+        return lock;
+      }, (error) => {
+        if (error instanceof LockLostError && this.#listened("lost")) {
+          this.dispatchEvent(new LockLostEvent(request.lock, error));
+        }
+        throw error;
+      });
+    return hooks === undefined ? run() : hooks.extend(request.lock, run);
+  }
+
+  #listened(type: string): boolean {
+    const set = this.#listeners.get(type);
+    return set !== undefined && set.size > 0;
+  }
+
+  /** Releases, through the hooks and with the event. */
+  #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
+    const hooks = HOOKS.get(this);
+    const run = () => this.#releaseNow(lock, settings);
+    return hooks === undefined ? run() : hooks.release(lock, run);
   }
 
   /** One round of RELEASE: settles on a quorum. */
-  async #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
+  async #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
     const keys = lock.resources;
     const call = releaseCall(keys, lock.value, String(settings.requestTimeout));
     const ballot = await this.#servers.release(
@@ -656,6 +798,7 @@ export class Redlock extends EventTarget implements LockOwner {
     if (!ballot.ok) {
       throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [ballot.stats]);
     }
+    if (this.#listened("released")) this.dispatchEvent(new LockReleasedEvent(lock));
     return { attempts: [ballot.stats] };
   }
 

@@ -13,6 +13,17 @@ for (const kind of KINDS) {
     assert.equal(result.attempts[0]!.votesFor.length >= 2, true);
   });
 
+  Deno.test(`[${kind}] remainingTime is 0 once the lock is released`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const lock = await redlock.acquire("done", 10_000);
+    assert.ok(lock.remainingTime > 9_000);
+    await lock.release();
+    assert.equal(lock.remainingTime, 0);
+    assert.equal(await lock.isValid(), false);
+    await onEveryServer(env.servers, "done", null);
+  });
+
   Deno.test(`[${kind}] extend() after expiry rejects with LockLostError`, async () => {
     await using env = await setup(kind, 3);
     const redlock = new Redlock(env.clients);

@@ -37,6 +37,20 @@ for (const kind of KINDS) {
     await onEveryServer(env.servers, "long-job", null);
   });
 
+  Deno.test(`[${kind}] using() with a 400 ms lease and no threshold set extends at half the lease`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const extensions = await redlock.using("short-lease", 400, async (signal, context) => {
+      await sleep(1_000);
+      assert.equal(signal.aborted, false);
+      assert.ok(context.lock.remainingTime > 0);
+      return context.extensions;
+    });
+    // extended about every 200 ms (a 500 ms threshold would not fit a 400 ms lease)
+    assert.ok(extensions >= 3 && extensions <= 8, `${extensions} extensions`);
+    await onEveryServer(env.servers, "short-lease", null);
+  });
+
   Deno.test(`[${kind}] using() aborts the signal with LockLostError when the keys vanish`, async () => {
     await using env = await setup(kind, 3);
     const redlock = new Redlock(env.clients, { automaticExtensionThreshold: 300 });

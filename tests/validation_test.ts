@@ -107,7 +107,7 @@ const cases: Case[] = [
     "an automaticExtensionThreshold not below the duration",
     (r) => r.using("a", 1_000, { automaticExtensionThreshold: 1_000 }, () => {}),
     RangeError,
-    /automaticExtensionThreshold.*1000/,
+    /automaticExtensionThreshold.*1000.*set in the options/,
   ],
   [
     "a using() without a routine",
@@ -123,6 +123,42 @@ const cases: Case[] = [
     /lock.*object/,
   ],
   ["a release() of null", (r) => r.release(null as never), TypeError, /lock.*null/],
+  [
+    "a timeout of 0, pointing to tryAcquire()",
+    (r) => r.acquire("a", 1_000, { timeout: 0 }),
+    RangeError,
+    /options\.timeout must be at least 1 ms, got 0.*tryAcquire\(\)/,
+  ],
+  [
+    "an unknown option of acquire()",
+    (r) => r.acquire("a", 1_000, { timout: 10 } as never),
+    TypeError,
+    /^options\.timout is not an option; the options are .*timeout/,
+  ],
+  [
+    "an unknown option of using()",
+    (r) => r.using("a", 1_000, { retryCnt: 3 } as never, () => {}),
+    TypeError,
+    /^options\.retryCnt is not an option/,
+  ],
+  [
+    "an option isLocked() does not take",
+    (r) => r.isLocked("a", { timeout: 10 } as never),
+    TypeError,
+    /^options\.timeout is not an option; the options are requestTimeout, signal$/,
+  ],
+  [
+    "an isLocked() of an array, naming the argument as written",
+    (r) => r.isLocked(["a", "b"] as never),
+    TypeError,
+    /^resource must be a string, got an array of 2$/,
+  ],
+  [
+    "a fencing option that is no boolean",
+    (r) => r.acquire("a", 1_000, { fencing: "yes" } as never),
+    TypeError,
+    /options\.fencing must be a boolean, got "yes"/,
+  ],
   ["an isLocked() of an empty resource", (r) => r.isLocked(""), RangeError, /resource.*""/],
 ];
 
@@ -189,4 +225,36 @@ Deno.test("new Redlock() rejects out-of-range options, naming them", () => {
     name: "TypeError",
     message: /retryDelay.*"x"/,
   });
+});
+
+Deno.test("new Redlock() rejects an unknown option, naming it", () => {
+  const client = { evalScript: () => Promise.resolve(0) };
+  assert.throws(() => new Redlock([client], { retryCnt: 3 } as never), {
+    name: "TypeError",
+    message: /^options\.retryCnt is not an option; the options are .*retryCount/,
+  });
+  assert.throws(() => new Redlock([client], 5 as never), {
+    name: "TypeError",
+    message: /options must be an object, got 5/,
+  });
+});
+
+Deno.test("release() and extend() reject an unknown option before any request", async () => {
+  let calls = 0;
+  const client = { evalScript: () => (calls++, Promise.resolve(0)) };
+  const redlock = new Redlock([client]);
+  const lock = await redlock.acquire("a", 1_000);
+  const before = calls;
+  await assert.rejects(lock.release({ timeout: 5 } as never), {
+    name: "TypeError",
+    message: /^options\.timeout is not an option; the options are requestTimeout$/,
+  });
+  await assert.rejects(lock.extend(1_000, { onlyIfLock: true } as never), {
+    name: "TypeError",
+    message: /^options\.onlyIfLock is not an option/,
+  });
+  assert.equal(calls, before, "no request");
+  assert.ok(lock.remainingTime > 0, "still held");
+  await lock.release();
+  assert.equal(lock.remainingTime, 0);
 });

@@ -27,6 +27,30 @@ for (const kind of KINDS) {
     }
   });
 
+  for (const resources of [["{rb}:a", "{rb}:b"], ["{rb}:a"]]) {
+    Deno.test(
+      `[${kind}] acquire() of ${resources.length} resource(s) gives up within the retry settings, not the holder's lease`,
+      async () => {
+        await using env = await setup(kind, 3);
+        for (const server of env.servers.servers) await hold(server, "{rb}:a", "other", 30_000);
+        await using redlock = new Redlock(env.clients, {
+          retryCount: 3,
+          retryDelay: 100,
+          retryJitter: 0,
+        });
+        const start = performance.now();
+        await assert.rejects(redlock.acquire(resources, 5_000), ResourceLockedError);
+        const elapsed = performance.now() - start;
+        // three sleeps of at most 100 ms, plus the requests
+        assert.ok(elapsed < 1_500, `${elapsed} ms`);
+        for (const server of env.servers.servers) {
+          assert.equal(await get(server, "{rb}:a"), "other");
+          assert.equal(await get(server, "{rb}:b"), null);
+        }
+      },
+    );
+  }
+
   Deno.test(`[${kind}] acquire() rejects with a TimeoutError after options.timeout`, async () => {
     await using env = await setup(kind, 3);
     for (const server of env.servers.servers) await hold(server, "slow", "other", 10_000);
