@@ -29,6 +29,7 @@
 import { Redis } from "ioredis";
 import { ProxyProcess } from "../scripts/fault_proxy.ts";
 import { startServers } from "../scripts/redis.ts";
+import { stopOnSignal } from "./_signals.ts";
 import { type Impl, IMPLS, NODE_REDLOCK_DEFAULTS, type Settings, xImpl } from "./_impls.ts";
 import { describeMachine, machineLine } from "./_machine.ts";
 import { table } from "./_report.ts";
@@ -183,6 +184,10 @@ const started = new Date();
 {
   await using servers = await startServers(3);
   await using proxies = await ProxyProcess.start(servers.ports);
+  stopOnSignal(async () => {
+    await proxies.close();
+    await servers.stop();
+  });
   for (const delay of delays) {
     await proxies.send({ op: "delay", ms: delay });
     for (let rep = 0; rep < reps; rep++) await repetition(delay, rep, proxies.ports);

@@ -28,6 +28,7 @@
 import { Redlock } from "../mod.ts";
 import { command, startServers } from "../scripts/redis.ts";
 import { renderChart } from "./_chart.ts";
+import { stopOnSignal } from "./_signals.ts";
 import { closeAll, connectAll } from "./_connect.ts";
 import { type Impl, IMPLS } from "./_impls.ts";
 import { describeMachine, machineLine } from "./_machine.ts";
@@ -319,6 +320,7 @@ const resourcePoints: Point[] = [];
 const serverPoints: Point[] = [];
 {
   await using seven = await startServers(7);
+  stopOnSignal(() => seven.stop());
   const three = seven.ports.slice(0, 3);
   for (const n of WAITERS) {
     const r = await waiters(n, three);
