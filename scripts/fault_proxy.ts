@@ -275,8 +275,7 @@ export class FaultProxy implements AsyncDisposable {
 
   /** Copies `from` to `to` through `lane` until either side closes. */
   async #pipe(link: Link, from: Deno.TcpConn, to: Deno.TcpConn, lane: Lane): Promise<void> {
-    const queue: Chunk[] = [];
-    let writing: Promise<void> | undefined;
+    const outbox = new Outbox(to, link, this.#timer);
     let last = 0;
     const buffer = new Uint8Array(64 * 1024);
     try {
@@ -290,31 +289,59 @@ export class FaultProxy implements AsyncDisposable {
         if (link.closed) break;
         const spread = lane.jitter > 0 ? this.#random() * lane.jitter : 0;
         last = Math.max(last, instant() + lane.delay + spread);
-        queue.push({ due: last, bytes });
-        writing ??= this.#drain(queue, to, link).finally(() => writing = undefined);
+        outbox.push({ due: last, bytes });
       }
     } catch {
       // closed or reset
     }
-    await writing;
+    await outbox.flushed();
     link.close();
   }
+}
 
-  /** Writes queued chunks in order, each at its due instant. */
-  async #drain(queue: Chunk[], to: Deno.TcpConn, link: Link): Promise<void> {
+/** One direction's chunks on their way: written in order, each at its due instant. */
+class Outbox {
+  readonly #queue: Chunk[] = [];
+  readonly #to: Deno.TcpConn;
+  readonly #link: Link;
+  readonly #timer: PreciseTimer;
+  /** Whether a drain loop runs; cleared in the same tick as it finds the queue empty. */
+  #active = false;
+  #drained: Promise<void> = Promise.resolve();
+
+  constructor(to: Deno.TcpConn, link: Link, timer: PreciseTimer) {
+    this.#to = to;
+    this.#link = link;
+    this.#timer = timer;
+  }
+
+  push(chunk: Chunk): void {
+    this.#queue.push(chunk);
+    if (this.#active) return;
+    this.#active = true;
+    this.#drained = this.#drain();
+  }
+
+  /** Resolves when what was pushed so far is written (or the link closed). */
+  flushed(): Promise<void> {
+    return this.#drained;
+  }
+
+  async #drain(): Promise<void> {
     try {
-      while (queue.length > 0 && !link.closed) {
-        const chunk = queue[0]!;
+      while (this.#queue.length > 0 && !this.#link.closed) {
+        const chunk = this.#queue[0]!;
         if (chunk.due > instant()) await this.#timer.until(chunk.due);
         let written = 0;
         while (written < chunk.bytes.length) {
-          written += await to.write(chunk.bytes.subarray(written));
+          written += await this.#to.write(chunk.bytes.subarray(written));
         }
-        queue.shift();
+        this.#queue.shift();
       }
     } catch {
-      link.close();
+      this.#link.close();
     }
+    this.#active = false;
   }
 }
 
