@@ -6,7 +6,14 @@
  */
 
 import { Redis } from "ioredis";
-import { startServers } from "../scripts/redis.ts";
+import { PreciseTimer } from "../scripts/_precise_timer.ts";
+import { FaultProxy } from "../scripts/fault_proxy.ts";
+import {
+  type RedisServers,
+  type ServerClock,
+  startClockedServers,
+  startServers,
+} from "../scripts/redis.ts";
 import type { CaseSpec } from "./_cases.ts";
 import { FaultInjector, type FaultRecord, sleep } from "./_faults.ts";
 import {
@@ -77,6 +84,33 @@ export interface CaseResult {
   readonly expected: readonly string[];
 }
 
+/** Fault proxies in front of a case's servers, sharing one precise timer. */
+class Network implements AsyncDisposable {
+  readonly proxies: readonly FaultProxy[];
+  readonly #timer: PreciseTimer | undefined;
+
+  private constructor(proxies: FaultProxy[], timer: PreciseTimer | undefined) {
+    this.proxies = proxies;
+    this.#timer = timer;
+  }
+
+  static async start(ports: readonly number[]): Promise<Network> {
+    if (ports.length === 0) return new Network([], undefined);
+    const timer = new PreciseTimer();
+    const proxies = await Promise.all(ports.map((port) => FaultProxy.start(port, { timer })));
+    return new Network(proxies, timer);
+  }
+
+  get ports(): number[] {
+    return this.proxies.map((p) => p.port);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await Promise.all(this.proxies.map((p) => p.close()));
+    this.#timer?.close();
+  }
+}
+
 /** ms an acquire may take beyond its bound on a busy machine before it counts as a hang. */
 export const boundSlack = (bound: number): number => Math.max(500, bound / 4);
 
@@ -86,9 +120,11 @@ function judge(
   const violations: string[] = [];
   const expected: string[] = [];
   const { spec } = result;
-  const promise = (problem: string, known: string) =>
-    spec.promised ? violations.push(problem) : expected.push(`${problem} (${known})`);
-  const forgot = "a restarted server forgot a valid lock";
+  const promise = (problem: string, known: string, promised = spec.promised) =>
+    promised ? violations.push(problem) : expected.push(`${problem} (${known})`);
+  const forgot = spec.clocked
+    ? "a majority's clocks jumped past a valid lock"
+    : "a restarted server forgot a valid lock";
   if (result.overlaps.length > 0) {
     promise(`${result.overlaps.length} overlap(s) of valid leases`, forgot);
   }
@@ -97,10 +133,12 @@ function judge(
     promise(`${unexplained.length} lost update(s) with no stale write involved`, forgot);
   }
   if (result.tokens.length > 0) {
-    promise(`${result.tokens.length} fencing token(s) out of order`, forgot);
+    promise(`${result.tokens.length} fencing token(s) out of order`, forgot, spec.fenced);
   }
   const fencedLost = result.store.reduce((sum, s) => sum + s.fencedLost, 0);
-  if (fencedLost !== 0) promise(`${fencedLost} lost update(s) in the fenced store`, forgot);
+  if (fencedLost !== 0) {
+    promise(`${fencedLost} lost update(s) in the fenced store`, forgot, spec.fenced);
+  }
   if (result.hung.length > 0) {
     violations.push(`acquire() did not return in workers ${result.hung.join(", ")}`);
   }
@@ -151,18 +189,24 @@ export async function runCase(
     maxLease: run.leaseMax,
     requestTimeout: run.settings.requestTimeout,
     weights: spec.weights,
+    rotate: spec.rotate ?? false,
   });
   const resources = Array.from({ length: run.resources }, (_, i) => `chaos:r${i}`);
   const prefix = `chaos:${spec.name}`;
 
-  await using servers = await startServers(spec.servers, { aof: spec.aof });
+  let servers: RedisServers;
+  let clocks: ServerClock[] | undefined;
+  if (spec.clocked) ({ servers, clocks } = await startClockedServers(spec.servers));
+  else servers = await startServers(spec.servers, { aof: spec.aof });
+  await using _servers = servers;
+  await using network = await Network.start(spec.proxied ? servers.ports : []);
   await using storeServer = await startServers(1);
   const storePort = storeServer.ports[0]!;
   const recorder = new Recorder();
   await using pool = new WorkerPool(
     (id) => ({
       id,
-      ports: servers.ports,
+      ports: spec.proxied ? network.ports : servers.ports,
       storePort,
       prefix,
       resources,
@@ -185,6 +229,9 @@ export async function runCase(
   const t0 = instant();
   const injector = new FaultInjector({
     servers: servers.servers,
+    proxies: spec.proxied ? network.proxies : undefined,
+    clocks,
+    maxLease: run.leaseMax,
     pool,
     recorder,
     lingerTimeout: 5_000,

@@ -6,7 +6,8 @@
  * @module
  */
 
-import type { RedisServer } from "../scripts/redis.ts";
+import type { FaultProxy } from "../scripts/fault_proxy.ts";
+import type { RedisServer, ServerClock } from "../scripts/redis.ts";
 import type { FaultKind, PlannedFault } from "./_plan.ts";
 import type { WorkerPool, WorkerProcess } from "./_pool.ts";
 import { instant } from "./_protocol.ts";
@@ -14,6 +15,8 @@ import type { Recorder } from "./_recorder.ts";
 
 /** ms the clients get to reconnect to a restarted server before it counts as healthy. */
 const RECONNECT = 200;
+/** ms a network fault waits for a healthy server to take before it is skipped. */
+const WAIT_FOR_ROOM = 1_500;
 
 /** A fault as it happened (or why it did not). */
 export interface FaultRecord {
@@ -53,6 +56,12 @@ function choose<T>(items: readonly T[], count: number, pick: number): T[] {
 /** What faults act on. */
 export interface FaultTargets {
   readonly servers: readonly RedisServer[];
+  /** The servers' fault proxies, when the case has them (`net-*` faults). */
+  readonly proxies?: readonly FaultProxy[] | undefined;
+  /** The servers' wall clocks, when they run under libfaketime (`clock-jump*`). */
+  readonly clocks?: readonly ServerClock[] | undefined;
+  /** The longest lease, ms: how long a jumped server's forgetting matters. */
+  readonly maxLease: number;
   readonly pool: WorkerPool;
   readonly recorder: Recorder;
   /** ms to wait for a worker asked to linger to reach its work. */
@@ -69,6 +78,10 @@ export class FaultInjector {
   /** Servers that are down, stopped or paused (or reserved for a fault). */
   readonly #down = new Set<number>();
   readonly #maxDown: number;
+  /** When the last fault that may have left a lock on a bare majority ended. */
+  #lastUnreachable = -Infinity;
+  /** A clock jump runs: nothing else may happen until it settled. */
+  #jumping = false;
 
   constructor(targets: FaultTargets) {
     this.#t = targets;
@@ -103,7 +116,112 @@ export class FaultInjector {
         return this.#worker(fault);
       case "kill-cascade":
         return this.#cascade(fault);
+      case "net-partition":
+      case "net-delay":
+        return this.#network(fault);
+      case "net-reset":
+        return Promise.resolve(this.#reset(fault));
+      case "clock-jump":
+      case "clock-jump-majority":
+        return this.#jump(fault);
     }
+  }
+
+  #proxies(): readonly FaultProxy[] {
+    if (!this.#t.proxies) throw new Error("network faults need servers behind proxies");
+    return this.#t.proxies;
+  }
+
+  /**
+   * Cuts a minority off at its proxies, or slows it, for the fault's
+   * duration; held bytes then pass, as TCP delivers them after a heal.
+   */
+  async #network(fault: PlannedFault): Promise<void> {
+    // waits a little for a server to come back rather than skip at once
+    for (let waited = 0; this.#down.size >= this.#maxDown && waited < WAIT_FOR_ROOM; waited += 50) {
+      await sleep(50, this.#t.signal);
+    }
+    const capacity = this.#maxDown - this.#down.size;
+    if (this.#jumping) return this.#record(fault, instant(), "-", "a clock jump settles");
+    if (capacity <= 0) return this.#record(fault, instant(), "-", "a minority is already down");
+    const proxies = this.#proxies();
+    const targets = choose(this.#healthy, Math.min(fault.count, capacity), fault.pick);
+    for (const i of targets) this.#down.add(i);
+    const start = instant();
+    let what: string;
+    try {
+      if (fault.kind === "net-partition") {
+        const cut = fault.cut ?? "both";
+        for (const i of targets) proxies[i]!.partition(cut);
+        what = `cut (${cut})`;
+      } else {
+        const jitter = Math.round(fault.extra / 4);
+        for (const i of targets) proxies[i]!.delay(fault.extra, { jitter });
+        what = `delayed ${fault.extra} + 0..${jitter} ms each way`;
+      }
+      await sleep(fault.duration, this.#t.signal);
+    } finally {
+      for (const i of targets) {
+        proxies[i]!.heal();
+        proxies[i]!.delay(0);
+      }
+      await sleep(RECONNECT);
+      for (const i of targets) this.#down.delete(i);
+      this.#lastUnreachable = instant();
+    }
+    this.#record(fault, start, `servers ${targets.join(",")} ${what} for ${fault.duration} ms`);
+  }
+
+  #reset(fault: PlannedFault): void {
+    const proxies = this.#proxies();
+    const targets = choose(proxies.map((_, i) => i), fault.count, fault.pick);
+    const start = instant();
+    let closed = 0;
+    for (const i of targets) {
+      closed += proxies[i]!.connections;
+      proxies[i]!.reset();
+    }
+    this.#record(fault, start, `servers ${targets.join(",")}, ${closed} connections`);
+  }
+
+  /**
+   * Moves the wall clock of `fault.count` servers forward by more than the
+   * longest lease while a worker lingers in a hold: they forget every lock.
+   * A minority jump needs every server healthy and no lock that may sit on
+   * a bare majority (no server unreachable within two leases), and lets no
+   * other fault run until every lease from before the jump has ended.
+   */
+  async #jump(fault: PlannedFault): Promise<void> {
+    const clocks = this.#t.clocks;
+    if (!clocks) throw new Error("clock jumps need servers under libfaketime");
+    // a lease (and its one extension, made within 200 ms) ends this long after it began
+    const settle = this.#t.maxLease + 500;
+    if (this.#jumping || this.#down.size > 0) {
+      return this.#record(fault, instant(), "-", "needs every server healthy");
+    }
+    if (fault.kind === "clock-jump" && instant() - this.#lastUnreachable < settle) {
+      return this.#record(fault, instant(), "-", "a lock may still sit on a bare majority");
+    }
+    const targets = choose(this.#healthy, fault.count, fault.pick);
+    this.#jumping = true;
+    for (const i of targets) this.#down.add(i);
+    const worker = choose(this.#t.pool.idle, 1, fault.pick)[0];
+    if (worker) worker.busy = true;
+    let lingering = "";
+    const start = instant();
+    try {
+      const report = worker ? await this.#holding(worker) : undefined;
+      if (report) lingering = `, hold ${report.w}:${report.h} lingering`;
+      const seconds = Math.ceil(fault.extra / 1000);
+      await Promise.all(targets.map((i) => clocks[i]!.jump(seconds)));
+      lingering = ` forward ${seconds} s${lingering}`;
+      await sleep(fault.duration, this.#t.signal);
+    } finally {
+      for (const i of targets) this.#down.delete(i);
+      if (worker) worker.busy = false;
+      this.#jumping = false;
+    }
+    this.#record(fault, start, `clocks of servers ${targets.join(",")}${lingering}`);
   }
 
   /**
@@ -126,6 +244,7 @@ export class FaultInjector {
   }
 
   async #kill(fault: PlannedFault): Promise<void> {
+    if (this.#jumping) return this.#record(fault, instant(), "-", "a clock jump settles");
     const capacity = this.#maxDown - this.#down.size;
     if (capacity <= 0) return this.#record(fault, instant(), "-", "a minority is already down");
     const targets = choose(this.#healthy, Math.min(fault.count, capacity), fault.pick);
@@ -137,6 +256,7 @@ export class FaultInjector {
       await Promise.all(targets.map((i) => this.#restart(i)));
     } finally {
       for (const i of targets) this.#down.delete(i);
+      this.#lastUnreachable = instant();
     }
     this.#record(fault, start, `servers ${targets.join(",")} down ${fault.duration} ms`);
   }
@@ -175,6 +295,7 @@ export class FaultInjector {
       for (const i of first) this.#down.delete(i);
       if (second !== undefined) this.#down.delete(second);
       if (worker) worker.busy = false;
+      this.#lastUnreachable = instant();
     }
     this.#record(
       fault,
@@ -185,6 +306,7 @@ export class FaultInjector {
   }
 
   async #hang(fault: PlannedFault): Promise<void> {
+    if (this.#jumping) return this.#record(fault, instant(), "-", "a clock jump settles");
     if (this.#down.size >= this.#maxDown) {
       return this.#record(fault, instant(), "-", "a minority is already down");
     }
@@ -205,6 +327,7 @@ export class FaultInjector {
       }
     } finally {
       this.#down.delete(index);
+      this.#lastUnreachable = instant();
     }
     this.#record(fault, start, `server ${index} for ${fault.duration} ms`);
   }

@@ -2,8 +2,10 @@
  * `deno task chaos`: the fault-injection safety suite. Starts Redis servers
  * and worker processes that contend for a few resources with short leases
  * and guard a read-modify-write of a store that is not Redis-locked itself;
- * kills, stops, pauses and flushes servers and stops and kills workers on a
- * schedule drawn from the seed; then checks the history of every hold and
+ * kills, stops, pauses and flushes servers, cuts, slows and resets their
+ * connections at fault proxies, jumps their wall clocks (libfaketime), and
+ * stops and kills workers on a schedule drawn from the seed; then checks the
+ * history of every hold and
  * of the store, prints a summary, and exits 1 when a safety promise of the
  * algorithm was broken (0 when safe, 2 on a usage or setup error).
  *
@@ -159,7 +161,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
 }
 
 const USAGE = `usage: deno task chaos [--seconds N] [--seed N] [--workers N] [--resources N]
-                       [--cases five,three,aof,forgetful] [--verbose] [--out file.json]`;
+                       [--cases five,three,aof,forgetful,network,clock,clock-majority] [--verbose] [--out file.json]`;
 
 function parseArgs(args: readonly string[]): ChaosOptions | string {
   const options: Record<string, unknown> = {};

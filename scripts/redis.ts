@@ -174,15 +174,23 @@ export class RedisServer {
   readonly engine: Engine;
   readonly #dir: string;
   readonly #args: string[];
+  readonly #env: Record<string, string> | undefined;
   #child: Deno.ChildProcess | undefined;
   #container: string | undefined;
   #paused = false;
 
-  constructor(port: number, engine: Engine, dir: string, args: string[]) {
+  constructor(
+    port: number,
+    engine: Engine,
+    dir: string,
+    args: string[],
+    env?: Record<string, string>,
+  ) {
     this.port = port;
     this.engine = engine;
     this.#dir = dir;
     this.#args = args;
+    this.#env = env;
   }
 
   /** `redis://127.0.0.1:port` */
@@ -214,6 +222,7 @@ export class RedisServer {
           this.#dir,
           ...this.#args,
         ],
+        ...(this.#env ? { env: this.#env } : {}),
         stdin: "null",
         stdout: "null",
         stderr: "null",
@@ -383,6 +392,88 @@ export async function startServers(
     throw error;
   }
   return new RedisServers(servers);
+}
+
+/** The wall clock of a server started by {@linkcode startClockedServers}. */
+export class ServerClock {
+  /** The time file libfaketime re-reads on every clock call. */
+  readonly file: string;
+  #offset = 0;
+
+  constructor(file: string) {
+    this.file = file;
+  }
+
+  /** Seconds the server's wall clock is ahead of the real one. */
+  get offset(): number {
+    return this.#offset;
+  }
+
+  /** Moves the server's wall clock by `seconds` (forward when positive), at once. */
+  async jump(seconds: number): Promise<void> {
+    this.#offset += seconds;
+    await Deno.writeTextFile(this.file, `${this.#offset >= 0 ? "+" : ""}${this.#offset}\n`);
+  }
+}
+
+/** The first of `paths` that exists. */
+function existing(paths: readonly string[]): string | undefined {
+  return paths.find((path) => {
+    try {
+      return Deno.statSync(path).isFile;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
+ * Starts `count` local servers (no persistence) under Debian's libfaketime
+ * with a time file each, so that {@linkcode ServerClock.jump} moves a
+ * server's wall clock (on which Redis expires keys) while it runs; the
+ * monotonic clock is left alone, as an NTP step would. glibc's malloc is
+ * preloaded first because libfaketime cannot start in a process whose
+ * malloc is jemalloc (Debian's redis-server): jemalloc asks for the time
+ * while libfaketime initialises (libfaketime issue #130).
+ */
+export async function startClockedServers(
+  count: number,
+): Promise<{ servers: RedisServers; clocks: ServerClock[] }> {
+  const triplet = `${Deno.build.arch === "aarch64" ? "aarch64" : "x86_64"}-linux-gnu`;
+  const faketime = existing([`/usr/lib/${triplet}/faketime/libfaketime.so.1`]);
+  const malloc = existing([
+    `/usr/lib/${triplet}/libc_malloc_debug.so.0`,
+    `/lib/${triplet}/libc_malloc_debug.so.0`,
+  ]);
+  if (!faketime || !malloc) {
+    throw new Error(
+      "Clock jumps need libfaketime and glibc's libc_malloc_debug " +
+        "(`apt-get install faketime libc6`)",
+    );
+  }
+  const servers: RedisServer[] = [];
+  const clocks: ServerClock[] = [];
+  try {
+    for (let i = 0; i < count; i++) {
+      const port = freePort(false);
+      const dir = await Deno.makeTempDir({ prefix: `redlock-redis-${port}-` });
+      const clock = new ServerClock(`${dir}/clock`);
+      await clock.jump(0);
+      const server = new RedisServer(port, "local", dir, ["--save", "", "--appendonly", "no"], {
+        LD_PRELOAD: `${malloc}:${faketime}`,
+        FAKETIME_TIMESTAMP_FILE: clock.file,
+        FAKETIME_NO_CACHE: "1",
+        FAKETIME_DONT_FAKE_MONOTONIC: "1",
+      });
+      servers.push(server);
+      clocks.push(clock);
+      await server.start();
+    }
+  } catch (error) {
+    await Promise.all(servers.map((s) => s.stop()));
+    throw error;
+  }
+  return { servers: new RedisServers(servers), clocks };
 }
 
 async function createCluster(servers: RedisServer[]): Promise<void> {
