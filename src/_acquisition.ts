@@ -402,13 +402,20 @@ class Acquisition {
   /**
    * An answer of a queued attempt that came after its round settled: a vote
    * for means the server took the key, a conflict that it did not, none (a
-   * failure) that it may have. What a lost round took is released, keeping
-   * the place in the queues; a won round keeps it (`#grant()` leaves the
-   * queues, or, when the lock is not granted after all, the end of the
-   * acquire releases everything). Once a later round was sent, its request
-   * ran after this one on the server's connection and speaks for it.
+   * failure) that it may have. Once the lock is granted (by a round or a
+   * handoff, which may count this server), it keeps what it took, and a
+   * server that did not take it leaves the queue. Before, what a lost round
+   * took is released, keeping the place in the queues, unless a later round
+   * was sent (its request ran after this one on that connection and speaks
+   * for the server) or the round was won (`#grant()` deals with it).
    */
   #late(member: Member, vote: Vote | undefined, tally: Tally<Vote>, round: number): void {
+    if (this.#granted) {
+      if (typeof vote !== "number") {
+        this.#servers.quietly(this.#releaser(RELEASE_MODE.leaveQueues), [member]);
+      }
+      return;
+    }
     if (vote instanceof Conflict || round < this.#rounds || this.#servers.won(tally)) return;
     const [sent] = this.#servers.quietly(this.#releaser(RELEASE_MODE.keepPlace), [member]);
     this.#releasedTo.set(member.index, sent!);
