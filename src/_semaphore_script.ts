@@ -1,0 +1,82 @@
+/**
+ * The Lua script of semaphores. A semaphore of `permits` is that many
+ * slots, each an ordinary Redlock key (`{name}:sem:0`, `{name}:sem:1`, …);
+ * a permit is one slot held on a quorum, released and extended by the
+ * plain RELEASE and EXTEND scripts. Beside the slots, `{name}:sem:permits`
+ * holds the number of slots the holders use, so that a holder that counts
+ * differently is told.
+ */
+
+import { beside, type LuaScript, script, type ScriptCall } from "./scripts.ts";
+
+/**
+ * A SEM_ACQUIRE reply at or below this tells a mismatch: the holders use
+ * `MISMATCH - reply` permits. (Conflict replies, `-3 - pttl`, stay above it.)
+ */
+export const MISMATCH = -(2 ** 40);
+
+/** SEM_ACQUIRE's `want` for "the lowest free slot". */
+export const ANY_SLOT = -1;
+
+/**
+ * Takes a slot for the value: `want` (dropping any other slot the value
+ * holds) or, for {@linkcode ANY_SLOT}, the one the value holds already or
+ * else the lowest free one. Replies the slot's index; when none is free,
+ * `-3 - pttl` of the wanted slot (or of the slot that frees first); when
+ * the stored number of permits differs, `MISMATCH - stored` having written
+ * nothing. The permits key outlives every slot taken with it.
+ */
+export const SEM_ACQUIRE: LuaScript = script(
+  "sem-acquire",
+  `local value, lease, permits = ARGV[1], ARGV[2], ARGV[3]
+local stored = redis.call("GET", KEYS[1])
+if stored and stored ~= permits then return ${MISMATCH} - tonumber(stored) end
+local want, took = tonumber(ARGV[4]), -1
+if want >= 0 then
+  for i = 0, #KEYS - 2 do
+    if i ~= want and redis.call("GET", KEYS[i + 2]) == value then redis.call("DEL", KEYS[i + 2]) end
+  end
+  local holder = redis.call("GET", KEYS[want + 2])
+  if holder and holder ~= value then return -3 - redis.call("PTTL", KEYS[want + 2]) end
+  took = want
+else
+  local free, shortest = -1, nil
+  for i = 0, #KEYS - 2 do
+    local holder = redis.call("GET", KEYS[i + 2])
+    if holder == value then
+      took = i
+      break
+    elseif not holder then
+      if free == -1 then free = i end
+    elseif free == -1 then
+      local ttl = redis.call("PTTL", KEYS[i + 2])
+      if shortest == nil or ttl < shortest then shortest = ttl end
+    end
+  end
+  if took == -1 then took = free end
+  if took == -1 then return -3 - shortest end
+end
+redis.call("SET", KEYS[took + 2], value, "PX", lease)
+if redis.call("PTTL", KEYS[1]) < tonumber(lease) then
+  redis.call("SET", KEYS[1], permits, "PX", lease)
+end
+return took`,
+);
+
+/** The key of slot `index` of the semaphore `name`. */
+export function slotKey(name: string, index: number): string {
+  return beside(name, `sem:${index}`);
+}
+
+/** KEYS: the permits key, then every slot. ARGV: value, lease, permits, the wanted slot. */
+export function semAcquireCall(
+  name: string,
+  permits: number,
+  value: string,
+  duration: number,
+  want: number,
+): ScriptCall {
+  const keys = [beside(name, "sem:permits")];
+  for (let i = 0; i < permits; i++) keys.push(slotKey(name, i));
+  return { keys, args: [value, String(duration), String(permits), String(want)] };
+}
