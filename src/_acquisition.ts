@@ -16,17 +16,9 @@ import {
   type ReleaseMode,
   type Seat,
 } from "./scripts.ts";
-import {
-  type Ballot,
-  type Send,
-  type Servers,
-  show,
-  toNumber,
-  toVote,
-  type Vote,
-} from "./_servers.ts";
+import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from "./_servers.ts";
 import type { Listening, Waiters } from "./_waiters.ts";
-import type { Member } from "./_quorum.ts";
+import type { Member, Tally } from "./_quorum.ts";
 import { Conflict } from "./_votes.ts";
 import { fence } from "./_extend.ts";
 import { retryWait, type Settings } from "./_options.ts";
@@ -115,9 +107,8 @@ class Acquisition {
   readonly #owner: LockOwner;
   readonly #request: AcquireRequest;
   readonly #attempts: ExecutionStats[] = [];
-  /** The attempt whose round is in flight, and the last one whose round settled. */
-  #current = 0;
-  #settled = 0;
+  /** How many rounds this acquire sent (the lean first attempt's not counted). */
+  #rounds = 0;
   /** Where this acquire waits when a resource is held. */
   #seat: Seat = NO_SEAT;
   /** ACQUIRE with the current seat. */
@@ -167,7 +158,7 @@ class Acquisition {
     try {
       if (first === undefined && this.#queueable) await this.#join();
       for (let n = 1;; n++) {
-        const { start, ballot } = n === 1 && first !== undefined ? first : await this.#attempt(n);
+        const { start, ballot } = n === 1 && first !== undefined ? first : await this.#attempt();
         this.#attempts.push(ballot.stats);
         if (this.#seat.kind === "queued") this.#queuedAt ??= start;
         const lock = await this.#grant(start, ballot);
@@ -182,18 +173,24 @@ class Acquisition {
     } finally {
       this.#leave(this.#servers.members);
       if (this.#listening !== undefined) {
-        // A lock is handed out at once; dispose waits for the rest.
+        // A lock is handed out at once; otherwise the unsubscribe is waited
+        // for, but no longer than a request may take (a connection may hang).
         const done = this.#listening.done();
-        if (!this.#granted) await done;
+        if (!this.#granted) await within(done, this.#request.settings.requestTimeout);
       }
     }
   }
 
   /** One round of votes; aborted mid-round, it releases whatever lands behind it. */
-  async #attempt(n: number): Promise<Attempt> {
+  async #attempt(): Promise<Attempt> {
     const { keys, settings, signal } = this.#request;
     const start = now();
-    this.#current = n;
+    const round = ++this.#rounds;
+    // In the queue, a server that answers after the round settled is dealt with by `#late()`.
+    const late = this.#seat.kind === "queued"
+      ? (member: Member, vote: Vote | undefined, tally: Tally<Vote>) =>
+        this.#late(member, vote, tally, round)
+      : undefined;
     try {
       const ballot = await this.#servers.vote(
         this.#send,
@@ -201,8 +198,8 @@ class Acquisition {
         settings.requestTimeout,
         signal,
         start,
+        late,
       );
-      this.#settled = n;
       return { start, ballot };
     } catch (error) {
       abandon(this.#servers, this.#request);
@@ -220,9 +217,13 @@ class Acquisition {
       const token = await fence(this.#servers, keys, ballot.token, until, settings.requestTimeout);
       if (token === undefined || until <= now()) return undefined;
     }
-    // The servers that took the lock dropped the queue entry; tell the others.
-    const against = ballot.stats.votesAgainst;
-    if (this.#queued) this.#leave(this.#servers.members.filter((m) => against.has(m.index)), true);
+    // The servers that took the lock dropped the queue entry; tell the others,
+    // also those that had not answered (a release runs after the acquire on
+    // its connection), keeping what they took.
+    const { votesFor } = ballot.stats;
+    if (this.#queued) {
+      this.#leave(this.#servers.members.filter((m) => !votesFor.includes(m.index)), true);
+    }
     return this.#lock(until, fencing ? ballot.token : undefined);
   }
 
@@ -349,7 +350,7 @@ class Acquisition {
     this.#waiters.queued(keys[0]!);
     this.#seat = { kind: "queued", ticket: String(Date.now()) };
     this.#queued = true;
-    this.#send = this.#script = this.#lateAware(this.#acquireScript());
+    this.#send = this.#script = this.#acquireScript();
     return true;
   }
 
@@ -399,19 +400,18 @@ class Acquisition {
   }
 
   /**
-   * An answer that came after its round settled: `taken` true when the
-   * server took the key, false on a conflict, undefined on an error (it
-   * may have). Once granted, the lock keeps what it took and leaves the
-   * other queues; before, what a failed attempt took is released, and the
-   * acquire keeps its place in the queues.
+   * An answer of a queued attempt that came after its round settled: a vote
+   * for means the server took the key, a conflict that it did not, none (a
+   * failure) that it may have. What a lost round took is released, keeping
+   * the place in the queues; a won round keeps it (`#grant()` leaves the
+   * queues, or, when the lock is not granted after all, the end of the
+   * acquire releases everything). Once a later round was sent, its request
+   * ran after this one on the server's connection and speaks for it.
    */
-  #late(member: Member, taken: boolean | undefined): void {
-    if (this.#granted) {
-      if (taken !== true) this.#servers.quietly(this.#releaser(RELEASE_MODE.leaveQueues), [member]);
-    } else if (taken !== false) {
-      const [sent] = this.#servers.quietly(this.#releaser(RELEASE_MODE.keepPlace), [member]);
-      this.#releasedTo.set(member.index, sent!);
-    }
+  #late(member: Member, vote: Vote | undefined, tally: Tally<Vote>, round: number): void {
+    if (vote instanceof Conflict || round < this.#rounds || this.#servers.won(tally)) return;
+    const [sent] = this.#servers.quietly(this.#releaser(RELEASE_MODE.keepPlace), [member]);
+    this.#releasedTo.set(member.index, sent!);
   }
 
   /** Drops the queue entries on `members`; `keep` keeps keys the value holds. */
@@ -430,21 +430,6 @@ class Acquisition {
       ACQUIRE,
       acquireCall(keys, value, terms(this.#request, this.#seat)),
     );
-  }
-
-  /** A queued acquire's sender, which deals with answers that come after their round settled. */
-  #lateAware(send: Send): Send {
-    return (member) => {
-      const sentIn = this.#current;
-      return send(member).then((reply) => {
-        const vote = toVote(reply, member.index);
-        if (sentIn <= this.#settled) this.#late(member, typeof vote === "number");
-        return vote;
-      }, (error) => {
-        if (sentIn <= this.#settled) this.#late(member, undefined);
-        throw error;
-      });
-    };
   }
 
   #releaser(mode: ReleaseMode): Send {

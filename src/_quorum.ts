@@ -29,6 +29,12 @@ export interface RoundOptions<T, R = Tally<T>> {
   /** Called for every failure of a request, also after the round settled. */
   readonly onError: (error: Error, member: Member) => void;
   /**
+   * Called for an answer (undefined for a failure) that comes after the
+   * round settled, also when it came in the same batch as the answers that
+   * settled it.
+   */
+  readonly late?: ((member: Member, answer: T | undefined, tally: Tally<T>) => void) | undefined;
+  /**
    * Turns a reply into the answer tallied; what it throws counts as the
    * request's failure. Without it the reply is the answer. (Judging here,
    * not in a `then` of each request, saves a promise per request.)
@@ -77,10 +83,9 @@ export const IDLE_MS = 10;
  * only while entries are in flight. A round that settles leaves the list;
  * the timer is left to run out, so it outlives the last round by at most
  * IDLE_MS. Rounds in flight together, or one after another, thus share one
- * timer (a Deno timer costs ~4 µs to make and clear, more than a round's own
- * work; in a loop of acquire and release that waits for every answer,
- * making one every IDLE_MS still cost ~1 µs per acquire + release, so it is
- * set again with `refresh()` instead) and deadlines are kept to the ms.
+ * timer (making a timer costs more than a round's own work; while rounds
+ * keep coming it is set again with `refresh()`), and deadlines are kept to
+ * the ms.
  * With only alarms in the list the sweeper sleeps until the earliest one
  * (no ticks during a long wait), and is cleared when the last one leaves
  * early.
@@ -195,8 +200,7 @@ function unwatch(entry: Pending): void {
   }
   // With no round left a sweeper due within IDLE_MS is not cleared: it
   // fires, finds nothing and stops, and rounds that start before then need
-  // no timer of their own. (Making and clearing a timer per round cost more
-  // than a round's own work: a loop of acquire and release ran 15 % slower.)
+  // no timer of their own (a timer per round costs more than the round).
 }
 
 /**
@@ -342,7 +346,10 @@ class Round<T, R> implements Pending, Tally<T> {
         return;
       }
     }
-    if (this.#settled) return;
+    if (this.#settled) {
+      this.#options.late?.(member, value, this);
+      return;
+    }
     this.answers.set(member.index, value);
     this.#check();
   }
@@ -351,7 +358,10 @@ class Round<T, R> implements Pending, Tally<T> {
     const { failure } = this.#options;
     const error = failure === undefined ? failed : failure(failed, member);
     this.#options.onError(error, member);
-    if (this.#settled) return;
+    if (this.#settled) {
+      this.#options.late?.(member, undefined, this);
+      return;
+    }
     this.errors.set(member.index, error);
     this.#check();
   }

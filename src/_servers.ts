@@ -121,6 +121,13 @@ export class Servers {
     return yes >= this.quorum || no > this.members.length - this.quorum;
   };
 
+  /** Whether a quorum voted for in `tally`. */
+  won({ answers }: Tally<Vote>): boolean {
+    let yes = 0;
+    for (const vote of answers.values()) if (typeof vote === "number") yes++;
+    return yes >= this.quorum;
+  }
+
   /** Checks that `keys` hash to one slot when a server is a cluster. */
   checkSlots(keys: readonly string[]): void {
     if (!this.cluster) return;
@@ -149,11 +156,13 @@ export class Servers {
     timeout: number,
     signal: AbortSignal | undefined,
     start: number = now(),
+    late?: (member: Member, vote: Vote | undefined, tally: Tally<Vote>) => void,
   ): Promise<Ballot> {
     return round<Vote, Ballot>(this.members, send, {
       timeout,
       start,
       signal,
+      late,
       onError: this.emit,
       done: this.decided,
       judge: asVote,

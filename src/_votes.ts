@@ -11,9 +11,8 @@ export class Conflict {
 /**
  * The `votesAgainst` of an attempt: conflicts (in the order they arrived),
  * then failures. A conflict becomes its {@linkcode LockConflictError} only
- * when the map is read: making an Error costs several µs, more than the
- * rest of a vote's handling, and most attempts' stats are never read (a
- * queued acquire's first attempt always meets a conflict per server).
+ * when the map is read: making an Error costs more than the rest of a
+ * vote's handling, and most attempts' stats are never read.
  * Printed with `console.log` (Deno or Node), it shows as the Map it stands for.
  */
 export class VotesAgainst implements ReadonlyMap<number, Error> {
