@@ -337,7 +337,10 @@ class PermitAcquire implements Contender {
         return this.#permit(slot, until);
       }
     }
-    this.#release(servers.members, -1);
+    // A server that refused holds no slot for the value (SEM_ACQUIRE for a
+    // slot drops the others first); the rest may.
+    const { votesAgainst } = last.stats;
+    this.#release(servers.members.filter((m) => !votesAgainst.isConflict(m.index)), -1);
     return { stats: last.stats, start, heldFor: last.heldFor } satisfies Refusal;
   }
 
