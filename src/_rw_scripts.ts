@@ -75,9 +75,11 @@ export const RW_READ: LuaScript = script(
   PROLOGUE + REFUSED + `local held = redis.call("ZSCORE", readers, value)
 if not held then
   if how == "${RW_HOW.extend}" then return -1 end
-  local ttl = redis.call("PTTL", writer)
-  if ttl == -2 then ttl = redis.call("PTTL", waiting) end
-  if ttl ~= -2 then return refused(ttl) end
+  if redis.call("EXISTS", writer, waiting) > 0 then
+    local ttl = redis.call("PTTL", writer)
+    if ttl == -2 then ttl = redis.call("PTTL", waiting) end
+    if ttl ~= -2 then return refused(ttl) end
+  end
 end
 redis.call("ZADD", readers, now + lease, value)
 if redis.call("PTTL", readers) < lease then redis.call("PEXPIRE", readers, lease) end

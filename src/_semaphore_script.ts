@@ -24,7 +24,9 @@ export const ANY_SLOT = -1;
  * else the lowest free one. Replies the slot's index; when none is free,
  * `-3 - pttl` of the wanted slot (or of the slot that frees first); when
  * the stored number of permits differs, `MISMATCH - stored` having written
- * nothing. The permits key outlives every slot taken with it.
+ * nothing. The permits key outlives every slot taken with it (it is set
+ * for twice the lease when it would not, so that the next acquires with
+ * that lease need not write it).
  */
 export const SEM_ACQUIRE: LuaScript = script(
   "sem-acquire",
@@ -58,7 +60,7 @@ else
 end
 redis.call("SET", KEYS[took + 2], value, "PX", lease)
 if redis.call("PTTL", KEYS[1]) < tonumber(lease) then
-  redis.call("SET", KEYS[1], permits, "PX", lease)
+  redis.call("SET", KEYS[1], permits, "PX", 2 * tonumber(lease))
 end
 return took`,
 );
