@@ -133,8 +133,8 @@ export interface Contender {
   ): Promise<Lock | Refusal>;
   /** Releases whatever the acquire may hold on every server; resolves once answered. */
   abandon(): Promise<void>;
-  /** The key whose release channel wakes the acquire; undefined: it polls. */
-  readonly channel: string | undefined;
+  /** The keys whose release channels wake the acquire; undefined: it polls. */
+  readonly channels: readonly string[] | undefined;
   /** What the error messages call it, e.g. `read lock of "doc"`. */
   readonly what: string;
 }
@@ -153,7 +153,7 @@ export async function contend(
   const { signal, dispose } = deadline(request.signal, request.timeout);
   signal?.throwIfAborted();
   const { settings } = request;
-  const notify = settings.wait === "notify" && contender.channel !== undefined;
+  const notify = settings.wait === "notify" && contender.channels !== undefined;
   const attempts: ExecutionStats[] = [];
   let listening: Awaited<ReturnType<Waiters["listen"]>> | undefined;
   try {
@@ -177,7 +177,7 @@ export async function contend(
       }
       if (notify && votesAgainst.conflicts > 0) {
         if (listening === undefined) {
-          listening = await context.waiters.listen([contender.channel!], settings.requestTimeout);
+          listening = await context.waiters.listen(contender.channels!, settings.requestTimeout);
           if (listening.subscribed) continue; // at once: this refusal did not ask to publish
         }
         if (listening.subscribed) {

@@ -474,7 +474,7 @@ type LockParts = Omit<ConstructorParameters<typeof Lock>[0], "owner" | "resource
 
 /** One read or write acquire: each attempt is one round of READ or WRITE. */
 class RwAcquire implements Contender {
-  readonly channel: string;
+  readonly channels: readonly string[];
   readonly what: string;
   readonly #servers: Servers;
   readonly #keys: readonly string[];
@@ -495,7 +495,7 @@ class RwAcquire implements Contender {
     this.#request = request;
     this.#mode = mode;
     this.#make = make;
-    this.channel = keys[0]!;
+    this.channels = [keys[0]!];
     this.what = `${mode} lock ${JSON.stringify(keys[0])}`;
   }
 

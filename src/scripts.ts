@@ -37,7 +37,7 @@ export function script(name: string, source: string): LuaScript {
 /** ACQUIRE's flag for a fencing token. */
 const FENCED = "fenced";
 /** The seat of a watcher: ordered after every queued acquire. */
-const WATCHER = "*";
+export const WATCHER = "*";
 /** EXTEND's flag for taking keys that are free. */
 const TAKE_FREE = "take-free";
 

@@ -10,7 +10,14 @@ import { Lock } from "./lock.ts";
 import type { HandleAcquireOptions, HandleUsingOptions, UsingRoutine } from "./options.ts";
 import type { Redlock } from "./redlock.ts";
 import { RELEASE, releaseCall } from "./scripts.ts";
-import { ANY_SLOT, MISMATCH, SEM_ACQUIRE, semAcquireCall, slotKey } from "./_semaphore_script.ts";
+import {
+  ANY_SLOT,
+  MISMATCH,
+  permitsKey,
+  SEM_ACQUIRE,
+  semAcquireCall,
+  slotKey,
+} from "./_semaphore_script.ts";
 import { type Ballot, type Send, type Servers, toVote, type Vote } from "./_servers.ts";
 import type { Member } from "./_quorum.ts";
 import { round } from "./_quorum.ts";
@@ -33,6 +40,9 @@ import { checkNumber, checkResource } from "./_validate.ts";
 
 /** The largest number of permits: each acquire reads every slot. */
 export const MAX_PERMITS = 1_000;
+
+/** The most permits whose acquires wait for a release notification (each slot is a channel). */
+const NOTIFIED_PERMITS = 64;
 
 /** Options of {@linkcode Redlock.semaphore}. */
 export interface SemaphoreOptions {
@@ -132,7 +142,7 @@ export class Semaphore {
       below: MAX_PERMITS + 1,
       integer: true,
     });
-    this.#context.servers.checkSlots([beside(name), slotKey(name, 0)]);
+    this.#context.servers.checkSlots([permitsKey(name), slotKey(name, 0)]);
   }
 
   /**
@@ -268,14 +278,9 @@ export class Semaphore {
   }
 }
 
-/** The key that holds the number of permits. */
-function beside(name: string): string {
-  return semAcquireCall(name, 0, "", 0, ANY_SLOT).keys[0]!;
-}
-
 /** One acquire of a permit. */
 class PermitAcquire implements Contender {
-  readonly channel = undefined;
+  readonly channels: readonly string[] | undefined;
   readonly what: string;
   readonly #semaphore: Semaphore;
   readonly #context: HandleContext;
@@ -289,6 +294,12 @@ class PermitAcquire implements Contender {
     this.#servers = context.servers;
     this.#request = request;
     this.what = `a permit of ${semaphore}`;
+    // Woken by the release of any slot (see SEM_ACQUIRE's watcher), up to
+    // NOTIFIED_PERMITS slots; more would cost as many subscriptions: it polls.
+    const { name, permits } = semaphore;
+    this.channels = permits <= NOTIFIED_PERMITS
+      ? Array.from({ length: permits }, (_, i) => slotKey(name, i))
+      : undefined;
   }
 
   /**
@@ -296,14 +307,14 @@ class PermitAcquire implements Contender {
    * quorum agrees on one, a round on each slot some server offered, most
    * offered first, until a quorum holds one.
    */
-  async attempt(_listening: boolean, _sleep: number, signal: AbortSignal | undefined) {
+  async attempt(listening: boolean, _sleep: number, signal: AbortSignal | undefined) {
     const servers = this.#servers;
     const { quorum } = servers;
     const { duration, settings } = this.#request;
     let start = now();
     const first = await round<Vote, [Ballot, Map<number, Vote>]>(
       servers.members,
-      this.#sender(ANY_SLOT),
+      this.#sender(ANY_SLOT, listening ? 4 * this.#timeout : 0),
       {
         timeout: this.#timeout,
         start,
@@ -366,11 +377,14 @@ class PermitAcquire implements Contender {
     });
   }
 
-  /** SEM_ACQUIRE for `want`; a mismatch fails the server's request with its error. */
-  #sender(want: number): Send {
+  /**
+   * SEM_ACQUIRE for `want` (a watcher's when `queueLife` > 0); a mismatch
+   * fails the server's request with its error.
+   */
+  #sender(want: number, queueLife = 0): Send {
     const { name, permits } = this.#semaphore;
     const { value, duration } = this.#request;
-    const call = semAcquireCall(name, permits, value, duration, want);
+    const call = semAcquireCall(name, permits, value, duration, want, queueLife);
     return (m: Member) =>
       m.runner.evalScript(SEM_ACQUIRE, call.keys, call.args).then((reply) => {
         if (typeof reply === "number" && reply <= MISMATCH) {

@@ -196,6 +196,24 @@ for (const kind of SEM_KINDS) {
     await again.release();
   });
 
+  Deno.test(`[${kind}] a permit's release wakes a waiting acquire without polling`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients, { retryDelay: 3_000, retryJitter: 0 });
+    const sem = redlock.semaphore("wake", { permits: 2 });
+    const a = await sem.acquire(20_000);
+    const b = await sem.acquire(20_000);
+    const waiting = sem.acquire(5_000, { timeout: 10_000 });
+    await sleep(300);
+    const start = performance.now();
+    await b.release();
+    const c = await waiting;
+    const waited = performance.now() - start;
+    assert.ok(waited < 1_500, `woken ${waited} ms after the release (retryDelay 3000)`);
+    assert.deepEqual(c.resources, b.resources);
+    await a.release();
+    await c.release();
+  });
+
   /**
    * The split view: 3 servers, 2 permits; A cannot reach s3, B cannot reach
    * s1, C cannot reach s2. Each holder reaches a different majority, and
