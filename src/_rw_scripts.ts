@@ -130,10 +130,17 @@ return 0`,
  */
 export const RW_RELEASE: LuaScript = script(
   "rw-release",
-  PROLOGUE + `local count, freed = 0, false
+  `local writer, readers, waiting, watched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local value, how = ARGV[1], ARGV[3]
+local count, freed = 0, false
 if how == "${RW_RELEASE_MODE.read}" then
   count = redis.call("ZREM", readers, value)
-  freed = count > 0 and redis.call("EXISTS", readers) == 0
+  if count > 0 then
+    local t = redis.call("TIME")
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call("ZREMRANGEBYSCORE", readers, "-inf", now)
+    freed = redis.call("EXISTS", readers) == 0
+  end
 else
   if redis.call("GET", writer) == value then
     redis.call("DEL", writer)
