@@ -116,6 +116,8 @@ export interface Refusal {
   readonly start: number;
   /** The shortest TTL of a conflicting holder, or Infinity. */
   readonly heldFor: number;
+  /** Settles once the releases the attempt sent for what it may have taken have answered. */
+  readonly undone: Promise<unknown>;
 }
 
 /** What the retry loop drives: one kind of acquire. */
@@ -131,8 +133,13 @@ export interface Contender {
     sleep: number,
     signal: AbortSignal | undefined,
   ): Promise<Lock | Refusal>;
-  /** Releases whatever the acquire may hold on every server; resolves once answered. */
-  abandon(): Promise<void>;
+  /**
+   * Releases whatever the acquire may hold, and resolves once the servers
+   * answered (or timed out): after `last`, the refusal whose retries ran
+   * out, what it did not undo already; without it (an abort, an error),
+   * on every server.
+   */
+  abandon(last?: Refusal): Promise<void>;
   /** The keys whose release channels wake the acquire; undefined: it polls. */
   readonly channels: readonly string[] | undefined;
   /** What the error messages call it, e.g. `read lock of "doc"`. */
@@ -165,7 +172,7 @@ export async function contend(
       const { votesAgainst } = outcome.stats;
       const { retryCount } = settings;
       if (retryCount !== -1 && n > retryCount) {
-        await contender.abandon();
+        await contender.abandon(outcome);
         const errors = votesAgainst.size - votesAgainst.conflicts;
         const { servers } = context;
         const held = votesAgainst.conflicts > 0 &&

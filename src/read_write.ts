@@ -43,6 +43,7 @@ import {
 import { extensionThreshold } from "./_auto_extend.ts";
 import { extend } from "./_extend.ts";
 import { checkCallOptions, checkKeys, checkSettings, KNOWN, type Settings } from "./_options.ts";
+import { within } from "./_delay.ts";
 import { now, validUntil } from "./_time.ts";
 import { checkDuration, checkLock, checkResource, describeValue } from "./_validate.ts";
 
@@ -519,17 +520,17 @@ class RwAcquire implements Contender {
     }
     const { votesAgainst } = ballot.stats;
     const taken = servers.members.filter((m) => !votesAgainst.isConflict(m.index));
-    servers.quietly(this.#releaser(true), taken);
-    return { stats: ballot.stats, start, heldFor: ballot.heldFor };
+    const undone = Promise.all(servers.quietly(this.#releaser(true), taken));
+    return { stats: ballot.stats, start, heldFor: ballot.heldFor, undone };
   }
 
-  abandon(): Promise<void> {
+  async abandon(last?: Refusal): Promise<void> {
     const servers = this.#servers;
-    return servers.everyAnswer(
-      servers.members,
-      this.#releaser(),
-      this.#request.settings.requestTimeout,
-    );
+    const timeout = this.#request.settings.requestTimeout;
+    // A reader that gave up holds nothing its last attempt did not undo; a
+    // writer also has its mark to lift, wherever it was refused.
+    if (last !== undefined && this.#mode === "read") await within(last.undone, timeout);
+    else await servers.everyAnswer(servers.members, this.#releaser(), timeout);
   }
 
   #releaser(undo = false): Send {

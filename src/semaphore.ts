@@ -35,6 +35,7 @@ import {
 import { contextOf } from "./read_write.ts";
 import { extensionThreshold } from "./_auto_extend.ts";
 import { checkKeys, KNOWN } from "./_options.ts";
+import { within } from "./_delay.ts";
 import { now, validUntil } from "./_time.ts";
 import { checkNumber, checkResource } from "./_validate.ts";
 
@@ -351,16 +352,16 @@ class PermitAcquire implements Contender {
     // A server that refused holds no slot for the value (SEM_ACQUIRE for a
     // slot drops the others first); the rest may.
     const { votesAgainst } = last.stats;
-    this.#release(servers.members.filter((m) => !votesAgainst.isConflict(m.index)), -1);
-    return { stats: last.stats, start, heldFor: last.heldFor } satisfies Refusal;
+    const undone = this.#release(
+      servers.members.filter((m) => !votesAgainst.isConflict(m.index)),
+      -1,
+    );
+    return { stats: last.stats, start, heldFor: last.heldFor, undone } satisfies Refusal;
   }
 
-  abandon(): Promise<void> {
-    return this.#servers.everyAnswer(
-      this.#servers.members,
-      this.#releaser(-1),
-      this.#timeout,
-    );
+  async abandon(last?: Refusal): Promise<void> {
+    if (last !== undefined) await within(last.undone, this.#timeout);
+    else await this.#servers.everyAnswer(this.#servers.members, this.#releaser(-1), this.#timeout);
   }
 
   get #timeout(): number {
@@ -404,9 +405,13 @@ class PermitAcquire implements Contender {
     }
   }
 
-  /** Releases the value's slots (but `keep`) on `members`, without waiting. */
-  #release(members: readonly Member[], keep: number): void {
-    if (members.length > 0) this.#servers.quietly(this.#releaser(keep), members);
+  /**
+   * Releases the value's slots (but `keep`) on `members` without waiting;
+   * the promise settles once they answered.
+   */
+  #release(members: readonly Member[], keep: number): Promise<unknown> {
+    if (members.length === 0) return Promise.resolve();
+    return Promise.all(this.#servers.quietly(this.#releaser(keep), members));
   }
 
   #releaser(keep: number): Send {
