@@ -67,8 +67,12 @@ export {
   type RedlockEventMap,
 } from "./src/events.ts";
 export {
+  bunRedisClient,
+  type BunRedisLike,
   denoRedisClient,
   type DenoRedisLike,
+  glideClient,
+  type GlideLike,
   ioredisClient,
   type IoredisLike,
   nodeRedisClient,

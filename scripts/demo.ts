@@ -9,7 +9,7 @@
 
 import { Redis } from "ioredis";
 import { Redlock } from "../mod.ts";
-import { startServers } from "./redis.ts";
+import { orExplain, startServers } from "./redis.ts";
 
 const PLAYERS = 5;
 const TURNS_EACH = 16;
@@ -22,8 +22,8 @@ const ms = (x: number) => `${x.toFixed(1)} ms`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 console.log("Starting 3 Redis servers for the lock and 1 for the game state …");
-await using lockServers = await startServers(3);
-await using storeServers = await startServers(1);
+await using lockServers = await orExplain(() => startServers(3));
+await using storeServers = await orExplain(() => startServers(1));
 // Ctrl-C (or a kill) still stops every server this demo started.
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   Deno.addSignalListener(signal, async () => {

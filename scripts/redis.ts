@@ -1,7 +1,8 @@
 /**
  * Starts and stops Redis servers on free loopback ports for the tests, the
- * demo, the benchmarks and the chaos run: Docker containers when a Docker
- * engine answers, local `redis-server` processes otherwise.
+ * demo, the benchmarks and the chaos run: Docker containers (host
+ * networking, bound to 127.0.0.1) when a Docker engine answers and has the
+ * image, local `redis-server` processes otherwise; `REDLOCK_ENGINE` chooses.
  *
  * Every started server writes its pid (or container id) into the directory
  * named by `REDLOCK_RUN_DIR` when that is set, so that the task that set it
@@ -26,7 +27,19 @@ export interface StartOptions {
 
 const decoder = new TextDecoder();
 const encoder = new TextEncoder();
-const IMAGE = "redis:7";
+
+/** The image containers run: `REDLOCK_REDIS_IMAGE`, or `redis:7`. */
+export function redisImage(): string {
+  return Deno.env.get("REDLOCK_REDIS_IMAGE") || "redis:7";
+}
+
+/**
+ * Servers cannot be started here; the message is one line that names what
+ * to install or start. The scripts print it instead of a stack trace.
+ */
+export class CannotRunRedis extends Error {
+  override name = "CannotRunRedis";
+}
 
 let detected: Promise<Engine> | undefined;
 
@@ -40,16 +53,37 @@ async function succeeds(cmd: string, args: string[]): Promise<boolean> {
   }
 }
 
-/** Docker when `docker info` succeeds, else local `redis-server`; throws when neither is there. */
+/**
+ * `REDLOCK_ENGINE` (`docker` or `local`) when set, else Docker when `docker
+ * info` succeeds and the engine has the image ({@linkcode redisImage}), else
+ * local `redis-server`; throws {@linkcode CannotRunRedis} when the one asked
+ * for, or both, cannot run.
+ */
 export function detectEngine(): Promise<Engine> {
   detected ??= (async () => {
-    if (Deno.env.get("REDLOCK_ENGINE") !== "local" && await succeeds("docker", ["info"])) {
-      return "docker";
+    const wanted = Deno.env.get("REDLOCK_ENGINE");
+    if (wanted !== undefined && wanted !== "docker" && wanted !== "local") {
+      throw new CannotRunRedis(`REDLOCK_ENGINE must be docker or local, not ${wanted}`);
+    }
+    const image = redisImage();
+    if (wanted !== "local") {
+      const engine = await succeeds("docker", ["info"]);
+      const hasImage = engine && await succeeds("docker", ["image", "inspect", image]);
+      if (hasImage) return "docker";
+      if (wanted === "docker") {
+        throw new CannotRunRedis(
+          engine
+            ? `cannot run Redis in Docker: the engine has no image ${image} and cannot pull ` +
+              `here: build one with scripts/redis_image.sh ${image}, or set REDLOCK_REDIS_IMAGE`
+            : "cannot run Redis in Docker: no engine answers `docker info`: install docker.io " +
+              "and start `dockerd --bridge=none --iptables=false` (or unset REDLOCK_ENGINE)",
+        );
+      }
     }
     if (await succeeds("redis-server", ["--version"])) return "local";
-    throw new Error(
-      "No way to run Redis: install redis-server (e.g. `apt-get install redis-server`) " +
-        "or start a Docker engine (`docker info` must succeed).",
+    throw new CannotRunRedis(
+      "cannot run Redis: install redis-server (apt-get install redis-server), or start a " +
+        `Docker engine with the image ${image} (REDLOCK_ENGINE=docker, REDLOCK_REDIS_IMAGE)`,
     );
   })();
   return detected;
@@ -186,23 +220,35 @@ export class RedisServer {
       }).spawn();
       await record(`${this.port}.pid`, String(this.#child.pid));
     } else {
-      const { stdout, success } = await new Deno.Command("docker", {
+      // Host networking: the server binds the loopback address like a local
+      // one, and no traffic goes to a bridge's private addresses.
+      const { stdout, stderr, success } = await new Deno.Command("docker", {
         args: [
           "run",
-          "-d",
+          "--detach",
           "--rm",
-          "-p",
-          `127.0.0.1:${this.port}:${this.port}`,
-          ...(this.#args.includes("--cluster-enabled") ? ["--network", "host"] : []),
-          IMAGE,
+          "--network",
+          "host",
+          "--label",
+          "redlock.test=1",
+          redisImage(),
           "redis-server",
           "--port",
           String(this.port),
+          "--bind",
+          "127.0.0.1",
+          "--dir",
+          "/tmp",
           ...this.#args,
         ],
-        stderr: "inherit",
       }).output();
-      if (!success) throw new Error(`docker run failed for port ${this.port}`);
+      if (!success) {
+        throw new CannotRunRedis(
+          `docker run of ${redisImage()} failed for port ${this.port}: ${
+            decoder.decode(stderr).trim()
+          }`,
+        );
+      }
       this.#container = decoder.decode(stdout).trim();
       await record(`${this.port}.container`, this.#container);
     }
@@ -387,10 +433,21 @@ export async function reapServers(dir: string): Promise<number> {
   return stopped;
 }
 
+/** Runs `main`; a {@linkcode CannotRunRedis} ends the process with its one line. */
+export async function orExplain<T>(main: () => Promise<T>): Promise<T> {
+  try {
+    return await main();
+  } catch (error) {
+    if (!(error instanceof CannotRunRedis)) throw error;
+    console.error(error.message);
+    Deno.exit(1);
+  }
+}
+
 if (import.meta.main) {
   // `deno run -A scripts/redis.ts 3`: start 3 servers, print their ports, stop on Ctrl-C.
   const count = Number(Deno.args[0] ?? 3);
-  const group = await startServers(count);
+  const group = await orExplain(() => startServers(count));
   console.log(
     `started ${count} Redis server(s) (${group.servers[0]?.engine}) on ports ${
       group.ports.join(", ")

@@ -2,19 +2,26 @@
  * `deno task test`: runs every test with the sanitizers on against Redis
  * servers the tests start themselves (through scripts/redis.ts), then stops
  * anything a failed or interrupted run left behind. Extra arguments go to
- * `deno test` (e.g. `deno task test --filter ioredis`).
+ * `deno test` (e.g. `deno task test --filter ioredis`, or test files to run
+ * only those).
  *
  * @module
  */
 
-import { detectEngine, reapServers } from "./redis.ts";
+import { detectEngine, orExplain, reapServers, redisImage } from "./redis.ts";
 
-const engine = await detectEngine(); // fails early, with a clear message, when neither way works
+const engine = await orExplain(detectEngine); // fails early, in one line, when neither way works
 const runDir = await Deno.makeTempDir({ prefix: "redlock-test-" });
-console.log(`Redis servers: ${engine === "docker" ? "Docker containers" : "local redis-server"}`);
+console.log(
+  `Redis servers: ${
+    engine === "docker" ? `Docker containers of ${redisImage()}` : "local redis-server"
+  }`,
+);
 
+// Test files among the arguments run alone; else the whole tests/ directory.
+const files = Deno.args.some((arg) => arg.endsWith(".ts")) ? [] : ["tests/"];
 const child = new Deno.Command(Deno.execPath(), {
-  args: ["test", "--allow-all", ...Deno.args, "tests/"],
+  args: ["test", "--allow-all", ...Deno.args, ...files],
   env: { REDLOCK_RUN_DIR: runDir },
   stdin: "null",
 }).spawn();

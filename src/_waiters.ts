@@ -76,6 +76,12 @@ export class Waiters {
   #idleSince = Infinity;
   /** Resources acquires queued for since the connections opened. */
   readonly #hot = new Set<string>();
+  /**
+   * Servers whose subscriber failed and was reported, until one of their
+   * subscriptions succeeds: a broken subscriber makes one error event, not
+   * one per wait.
+   */
+  readonly #reported = new Set<number>();
 
   constructor(
     id: string,
@@ -234,7 +240,7 @@ export class Waiters {
         }
         return subscriber;
       } catch (error) {
-        this.#onError(error instanceof Error ? error : new Error(String(error)), member);
+        this.#failed(i, error);
         return null;
       }
     }));
@@ -248,6 +254,7 @@ export class Waiters {
       try {
         const ok = await within(subscriber.subscribe(names).then(() => true), timeout);
         if (!ok) return;
+        this.#reported.delete(i);
         const at = now();
         for (const name of names) {
           const channel = this.#channels.get(name);
@@ -256,9 +263,24 @@ export class Waiters {
           if (channel.subscribedAt === Infinity) channel.subscribedAt = at;
         }
       } catch (error) {
-        this.#onError(error instanceof Error ? error : new Error(String(error)), this.#members[i]!);
+        this.#failed(i, error);
       }
     }));
+  }
+
+  /** Reports a subscriber failure of server `i`, once until it works again. */
+  #failed(i: number, error: unknown): void {
+    if (this.#reported.has(i)) return;
+    this.#reported.add(i);
+    const cause = error instanceof Error ? error.message : String(error);
+    this.#onError(
+      new Error(
+        `release notifications from server ${this.#members[i]!.index} are off, waits poll it: ` +
+          `its subscriber failed: ${cause}`,
+        { cause: error },
+      ),
+      this.#members[i]!,
+    );
   }
 
   #wait(

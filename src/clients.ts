@@ -79,13 +79,52 @@ export interface DenoRedisLike {
   evalsha(...args: never[]): unknown;
 }
 
+/** The shape of Bun's built-in client (`Bun.RedisClient`, or `Bun.redis`). */
+export interface BunRedisLike {
+  /** `send(command, args)`: any command, with string arguments. */
+  send(command: string, args: string[]): Promise<unknown>;
+}
+
+/** The shape of a Valkey GLIDE (`npm:@valkey/valkey-glide`) `GlideClient`. */
+export interface GlideLike {
+  /** `customCommand(args)`: any command, as an array of strings. */
+  customCommand(...args: never[]): unknown;
+  /** Present on GLIDE clients; used to tell them apart. */
+  invokeScript(...args: never[]): unknown;
+}
+
 /** Any client `new Redlock()` accepts. */
-export type RedisClient = ScriptClient | IoredisLike | NodeRedisLike | DenoRedisLike;
+export type RedisClient =
+  | ScriptClient
+  | IoredisLike
+  | NodeRedisLike
+  | DenoRedisLike
+  | BunRedisLike
+  | GlideLike;
 
 type Run = (...args: unknown[]) => Promise<unknown>;
 
-const isNoScript = (error: unknown): boolean =>
-  error instanceof Error && /^-?NOSCRIPT/.test(error.message);
+/**
+ * Whether `error` is the server's `NOSCRIPT` reply to an `EVALSHA` (the
+ * script is not loaded), wherever the client puts the code in its message:
+ * `NOSCRIPT …`, `-NOSCRIPT …`, `Command failed: NOSCRIPT …` (Upstash's
+ * pipelines) or `… NoScriptError: …` (Valkey GLIDE). Every adapter's
+ * EVALSHA → EVAL fallback asks this one test.
+ *
+ * @param error What the client rejected with.
+ * @returns True for a NOSCRIPT reply.
+ */
+export function isNoScript(error: unknown): boolean {
+  const message = error instanceof Error
+    ? error.message
+    : typeof error === "string"
+    ? error
+    : undefined;
+  return message !== undefined && NOSCRIPT.test(message);
+}
+
+/** The error code where clients put one: first, after `-`, or after `: `. */
+const NOSCRIPT = /(?:^|: |(?:^|\s)-\s?)(?:NOSCRIPT|NoScriptError)\b/;
 
 type Plain = Pick<ScriptClient, "setIfAbsent" | "pttl">;
 
@@ -239,12 +278,77 @@ export function denoRedisClient(client: DenoRedisLike): ScriptClient {
   );
 }
 
+/**
+ * Wraps a client that sends any command as `send(command, args)`: Bun's
+ * built-in `Bun.RedisClient` (and `Bun.redis`).
+ *
+ * @param client The Bun client.
+ * @returns A script client for `new Redlock()`.
+ * @throws {TypeError} When `client` lacks `send`.
+ *
+ * @example Wrapping Bun's client explicitly
+ * ```ts no-eval
+ * import { bunRedisClient, Redlock } from "@x/redlock";
+ * // deno-lint-ignore no-explicit-any
+ * const { RedisClient } = (globalThis as any).Bun;
+ * const redlock = new Redlock([bunRedisClient(new RedisClient("redis://127.0.0.1:6379"))]);
+ * ```
+ */
+export function bunRedisClient(client: BunRedisLike): ScriptClient {
+  const c = client as unknown as { send: (command: string, args: string[]) => Promise<unknown> };
+  if (typeof c?.send !== "function") {
+    throw new TypeError(`client must have send(command, args), got ${describeValue(client)}`);
+  }
+  return commandClient(client, (args) => c.send(args[0]!, args.slice(1)));
+}
+
+/**
+ * Wraps a Valkey GLIDE (`npm:@valkey/valkey-glide`) standalone `GlideClient`.
+ *
+ * @param client The GLIDE client.
+ * @returns A script client for `new Redlock()`.
+ * @throws {TypeError} When `client` lacks `customCommand`.
+ *
+ * @example Wrapping Valkey GLIDE explicitly
+ * ```ts no-eval
+ * import { GlideClient } from "npm:@valkey/valkey-glide";
+ * import { glideClient, Redlock } from "@x/redlock";
+ * const client = await GlideClient.createClient({ addresses: [{ host: "127.0.0.1", port: 6379 }] });
+ * const redlock = new Redlock([glideClient(client)]);
+ * ```
+ */
+export function glideClient(client: GlideLike): ScriptClient {
+  const c = client as unknown as { customCommand: (args: string[]) => Promise<unknown> };
+  if (typeof c?.customCommand !== "function") {
+    throw new TypeError(`client must have customCommand(args), got ${describeValue(client)}`);
+  }
+  return commandClient(client, (args) => c.customCommand(args));
+}
+
+/** A script client over a client that sends raw commands given as arrays. */
+function commandClient(client: object, send: (args: string[]) => Promise<unknown>): ScriptClient {
+  const call = (first: string, s: LuaScript, keys: readonly string[], args: readonly string[]) =>
+    send([first, first === "EVALSHA" ? s.sha1 : s.source, String(keys.length), ...keys, ...args]);
+  return withFallback(
+    client,
+    false,
+    (s, keys, args) => call("EVALSHA", s, keys, args),
+    (s, keys, args) => call("EVAL", s, keys, args),
+    {
+      setIfAbsent: (key, value, ms) =>
+        send(["SET", key, value, "PX", String(ms), "NX"]).then(wasSet),
+      pttl: (key) => send(["PTTL", key]).then(toTtl),
+    },
+  );
+}
+
 const has = (value: object, name: string): boolean =>
   typeof (value as Record<string, unknown>)[name] === "function";
 
 /**
  * Picks the adapter for a client by its shape: a {@linkcode ScriptClient} as
- * it is, then ioredis, node-redis, and deno-redis / Upstash.
+ * it is, then ioredis, node-redis, Valkey GLIDE, Bun's `RedisClient` (has
+ * `send(command, args)`), and deno-redis / Upstash.
  *
  * @param client Any supported client.
  * @returns A script client.
@@ -264,13 +368,20 @@ export function toScriptClient(client: RedisClient): ScriptClient {
       return ioredisClient(client as IoredisLike);
     }
     if (has(client, "evalSha")) return nodeRedisClient(client as NodeRedisLike);
+    if (has(client, "customCommand") && has(client, "invokeScript")) {
+      return glideClient(client as GlideLike);
+    }
+    // Bun's client also has eval and evalsha, with another calling convention.
+    if (has(client, "send") && !has(client, "sendCommand")) {
+      return bunRedisClient(client as BunRedisLike);
+    }
     if (has(client, "evalsha") && has(client, "eval")) {
       return denoRedisClient(client as DenoRedisLike);
     }
   }
   throw new TypeError(
-    `clients must be ioredis, node-redis (npm:redis), deno-redis (@db/redis) or ` +
-      `@upstash/redis clients, or objects with evalScript(script, keys, args); got ${
+    `clients must be ioredis, node-redis (npm:redis), deno-redis (@db/redis), ` +
+      `@upstash/redis, Bun.RedisClient or Valkey GLIDE clients, or objects with evalScript(script, keys, args); got ${
         describeValue(client)
       }`,
   );

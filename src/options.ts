@@ -75,7 +75,7 @@ export interface RedlockInit extends RedlockOptions {
    * Makes the subscriber connection of one server for `wait: "notify"`;
    * return `null` to poll that server's releases instead.
    *
-   * @default {duplicateSubscriber (ioredis and node-redis `duplicate()`)}
+   * @default {duplicateSubscriber (`duplicate()` of ioredis, node-redis and Bun clients; Upstash `subscribe()`)}
    */
   subscriber?: SubscriberFactory;
 }

@@ -53,9 +53,9 @@ export type SubscriberFactory = (
 ) => ReleaseSubscriber | null | Promise<ReleaseSubscriber | null>;
 
 type Fn = (...args: unknown[]) => unknown;
-type Duplicable = { duplicate: Fn };
 
 interface IoredisSubscriber {
+  connect: () => Promise<unknown>;
   subscribe: Fn;
   unsubscribe: Fn;
   disconnect: Fn;
@@ -65,21 +65,46 @@ interface IoredisSubscriber {
 }
 
 interface NodeRedisSubscriber {
-  connect: Fn;
+  connect: () => Promise<unknown>;
   subscribe: Fn;
   unsubscribe: Fn;
   destroy: Fn;
   on: Fn;
 }
 
+interface BunSubscriber {
+  subscribe: (channels: string[], listener: (message: string, channel: string) => void) => unknown;
+  unsubscribe: (channels: string[]) => unknown;
+  close: Fn;
+}
+
+/** `@upstash/redis`'s `Subscriber`: one HTTP event stream per channel. */
+interface UpstashSubscriber {
+  on(type: string, listener: (data: never) => void): void;
+  unsubscribe(channels?: string[]): Promise<void>;
+}
+
 /**
- * The default factory: `duplicate()` of an ioredis or node-redis client
- * (also their cluster clients); `null` for any other client.
+ * Options every subscriber connection of ioredis needs, whatever the
+ * client's: the offline queue holds the first SUBSCRIBE until the connection
+ * is up (a client made with `enableOfflineQueue: false` would fail it), and
+ * the explicit connect() tells at once whether the server can be reached.
+ */
+const IOREDIS_SUBSCRIBER = { enableOfflineQueue: true, lazyConnect: true } as const;
+
+/**
+ * The default factory: a `duplicate()` of an ioredis, node-redis or Bun
+ * `RedisClient` client (also ioredis and node-redis cluster clients), with
+ * the options a subscriber needs whatever the client's; an `@upstash/redis`
+ * client's `subscribe()` (Server-Sent Events over HTTP); `null` for any
+ * other client (deno-redis, Valkey GLIDE: they poll unless you pass a
+ * factory).
  *
  * @param client The Redlock's client for that server.
  * @param _index Its index.
  * @param onMessage Called with the channel and payload of every message.
  * @returns A subscriber, or null when the client cannot be duplicated.
+ * @throws {Error} When the subscriber connection cannot connect.
  *
  * @example Wrapping the default for logging
  * ```ts no-eval
@@ -93,46 +118,128 @@ interface NodeRedisSubscriber {
  * });
  * ```
  */
-export async function duplicateSubscriber(
+export function duplicateSubscriber(
   client: RedisClient,
   _index: number,
   onMessage: (channel: string, message?: string) => void,
 ): Promise<ReleaseSubscriber | null> {
-  const c = client as unknown as Partial<Duplicable> & { defineCommand?: Fn; evalSha?: Fn };
-  if (typeof c.duplicate !== "function") return null;
-  if (typeof c.defineCommand === "function") {
-    const sub = c.duplicate() as IoredisSubscriber;
-    sub.on("error", () => {});
-    sub.on(
-      "message",
-      (channel: unknown, message: unknown) => onMessage(String(channel), String(message)),
-    );
-    return {
-      subscribe: async (channels) => void await sub.subscribe(...channels),
-      unsubscribe: async (channels) => void await sub.unsubscribe(...channels),
-      close: async () => {
-        const reconnecting = sub.status === "reconnecting" || sub.status === "wait";
-        sub.disconnect();
-        if (sub.status !== "end" && !reconnecting) {
-          await new Promise((resolve) => sub.once("end", resolve));
-        }
-      },
-    };
+  const c = client as unknown as Record<string, unknown>;
+  const has = (name: string) => typeof c[name] === "function";
+  if (has("duplicate") && has("defineCommand")) return ioredisSubscriber(c, onMessage);
+  if (has("duplicate") && has("evalSha")) return nodeRedisSubscriber(c, onMessage);
+  if (has("duplicate") && has("send") && !has("sendCommand")) return bunSubscriber(c, onMessage);
+  if (has("subscribe") && has("createScript")) {
+    return Promise.resolve(upstashSubscriber(c, onMessage));
   }
-  if (typeof c.evalSha === "function") {
-    const sub = c.duplicate() as NodeRedisSubscriber;
-    sub.on("error", () => {});
-    await sub.connect();
-    const listener = (message: unknown, channel: unknown) =>
-      onMessage(String(channel), String(message));
-    return {
-      subscribe: async (channels) => void await sub.subscribe([...channels], listener),
-      unsubscribe: async (channels) => void await sub.unsubscribe([...channels], listener),
-      close: async () => {
-        sub.destroy();
-        await new Promise((resolve) => setTimeout(resolve, 0));
-      },
-    };
+  return Promise.resolve(null);
+}
+
+async function ioredisSubscriber(
+  c: Record<string, unknown>,
+  onMessage: (channel: string, message?: string) => void,
+): Promise<ReleaseSubscriber> {
+  const duplicate = c.duplicate as Fn;
+  // A Cluster's duplicate() takes its startup nodes first.
+  const sub =
+    (c.isCluster === true
+      ? duplicate.call(c, [], IOREDIS_SUBSCRIBER)
+      : duplicate.call(c, IOREDIS_SUBSCRIBER)) as IoredisSubscriber;
+  sub.on("error", () => {});
+  const close = async () => {
+    const reconnecting = sub.status === "reconnecting" || sub.status === "wait";
+    sub.disconnect();
+    if (sub.status !== "end" && !reconnecting) {
+      await new Promise((resolve) => sub.once("end", resolve));
+    }
+  };
+  await connectOrClose(sub.connect(), close);
+  sub.on(
+    "message",
+    (channel: unknown, message: unknown) => onMessage(String(channel), String(message)),
+  );
+  return {
+    subscribe: async (channels) => void await sub.subscribe(...channels),
+    unsubscribe: async (channels) => void await sub.unsubscribe(...channels),
+    close,
+  };
+}
+
+async function nodeRedisSubscriber(
+  c: Record<string, unknown>,
+  onMessage: (channel: string, message?: string) => void,
+): Promise<ReleaseSubscriber> {
+  const sub = (c.duplicate as Fn).call(c, { disableOfflineQueue: false }) as NodeRedisSubscriber;
+  sub.on("error", () => {});
+  const close = async () => {
+    sub.destroy();
+    await new Promise((resolve) => setTimeout(resolve, 0));
+  };
+  await connectOrClose(sub.connect(), close);
+  const listener = (message: unknown, channel: unknown) =>
+    onMessage(String(channel), String(message));
+  return {
+    subscribe: async (channels) => void await sub.subscribe([...channels], listener),
+    unsubscribe: async (channels) => void await sub.unsubscribe([...channels], listener),
+    close,
+  };
+}
+
+async function bunSubscriber(
+  c: Record<string, unknown>,
+  onMessage: (channel: string, message?: string) => void,
+): Promise<ReleaseSubscriber> {
+  const sub = await ((c.duplicate as Fn).call(c) as Promise<BunSubscriber>);
+  const listener = (message: string, channel: string) => onMessage(channel, message);
+  return {
+    subscribe: async (channels) => void await sub.subscribe([...channels], listener),
+    unsubscribe: async (channels) => void await sub.unsubscribe([...channels]),
+    close: async () => void await sub.close(),
+  };
+}
+
+/**
+ * Upstash: `subscribe()` opens one event stream per channel, and the
+ * stream's first event confirms the subscription.
+ */
+function upstashSubscriber(
+  c: Record<string, unknown>,
+  onMessage: (channel: string, message?: string) => void,
+): ReleaseSubscriber {
+  const streams = new Map<string, UpstashSubscriber>();
+  const open = (channel: string) =>
+    new Promise<void>((resolve, reject) => {
+      const stream = (c.subscribe as Fn).call(c, [channel]) as UpstashSubscriber;
+      streams.set(channel, stream);
+      stream.on("subscribe", () => resolve());
+      stream.on("error", (error: Error) => reject(error));
+      // Payloads come JSON-parsed when they parse; lock values never do.
+      stream.on(
+        "message",
+        (data: { channel: string; message: unknown }) =>
+          onMessage(String(data.channel), String(data.message)),
+      );
+    });
+  const unsubscribe = async (channels: readonly string[]) => {
+    await Promise.all(channels.map((channel) => {
+      const stream = streams.get(channel);
+      streams.delete(channel);
+      return stream?.unsubscribe();
+    }));
+  };
+  return {
+    subscribe: async (channels) => void await Promise.all(channels.map(open)),
+    unsubscribe,
+    close: () => unsubscribe([...streams.keys()]),
+  };
+}
+
+/** Waits for `connecting`; when it fails, closes the connection and says so. */
+async function connectOrClose(connecting: Promise<unknown>, close: () => Promise<void>) {
+  try {
+    await connecting;
+  } catch (error) {
+    await close();
+    const message = error instanceof Error ? error.message : String(error);
+    throw new Error(`the subscriber connection could not connect: ${message}`, { cause: error });
   }
-  return null;
 }

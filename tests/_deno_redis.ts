@@ -17,7 +17,7 @@ export class ErrorReplyError extends Error {
   }
 }
 
-type Reply = string | number | null | Reply[];
+export type Reply = string | number | null | Reply[];
 
 export class DenoRedisFixture implements AsyncDisposable {
   readonly #conn: Deno.TcpConn;
@@ -34,11 +34,11 @@ export class DenoRedisFixture implements AsyncDisposable {
   }
 
   eval(script: string, keys: string[], args: string[]): Promise<Reply> {
-    return this.#send("EVAL", script, String(keys.length), ...keys, ...args);
+    return this.sendCommand("EVAL", [script, String(keys.length), ...keys, ...args]);
   }
 
   evalsha(sha1: string, keys: string[], args: string[]): Promise<Reply> {
-    return this.#send("EVALSHA", sha1, String(keys.length), ...keys, ...args);
+    return this.sendCommand("EVALSHA", [sha1, String(keys.length), ...keys, ...args]);
   }
 
   close(): void {
@@ -52,7 +52,9 @@ export class DenoRedisFixture implements AsyncDisposable {
     return this.#queue.then(() => {}, () => {});
   }
 
-  #send(...args: string[]): Promise<Reply> {
+  /** Sends one command and resolves to its reply (error replies reject), as deno-redis does. */
+  sendCommand(command: string, commandArgs: readonly string[] = []): Promise<Reply> {
+    const args = [command, ...commandArgs];
     const run = async () => {
       if (this.#closed) throw new Error("connection closed");
       const payload = `*${args.length}\r\n` +
@@ -61,6 +63,13 @@ export class DenoRedisFixture implements AsyncDisposable {
       return await this.#reply();
     };
     const result = this.#queue.then(run, run);
+    this.#queue = result.catch(() => {});
+    return result;
+  }
+
+  /** Reads the next reply the server pushes (a subscribed connection's messages). */
+  read(): Promise<Reply> {
+    const result = this.#queue.then(() => this.#reply());
     this.#queue = result.catch(() => {});
     return result;
   }

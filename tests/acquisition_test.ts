@@ -209,6 +209,43 @@ Deno.test({
   },
 });
 
+/**
+ * A bug of 0.2.0 (an overlap of valid leases in the fault run once release
+ * notifications worked there): a queued round's grant from server 2 that came
+ * after the next round had been sent to server 2 was released behind that
+ * next round, which counted server 2 for the lock. The later request, which
+ * ran after it on that connection, now speaks for the server.
+ */
+Deno.test(
+  "a queued acquire does not release a key that a later round counted when an earlier round's grant comes late",
+  async () => {
+    await using env = await scripted(3, { requestTimeout: 300, retryCount: -1 });
+    const { gate, redlock } = env;
+    await heldByOther(gate, "later", [0, 1]);
+    // the first queued attempt (the second) takes server 2, but its reply is held
+    gate.hold({ script: "acquire", server: 2, nth: 2 });
+    const acquiring = redlock.acquire("later", 5_000, { timeout: 5_000 });
+    const second = await gate.sent({ script: "acquire", nth: 2 }, 3);
+    const late = second.find((c) => c.server === 2)!;
+    await answered(second.filter((c) => c !== late));
+    // server 1 frees up; the next attempt wins on servers 1 and 2
+    await gate.servers.servers[1]!.command("DEL", "later");
+    const third = await gate.sent({ script: "acquire", nth: 3 }, 3);
+    await Promise.all(third.map((c) => c.ran));
+    await gate.deliver(late);
+    const lock = await acquiring;
+    assert.deepEqual(sorted(lock.attempts.at(-1)!.votesFor), [1, 2]);
+    await answered(gate.find({ script: "release" }));
+    const [zero, one, two] = await values(gate, "later");
+    assert.ok(isOther(zero));
+    assert.equal(one, lock.value);
+    assert.equal(two, lock.value, "server 2 still holds the lock it voted for");
+    assert.ok(await redlock.isValid(lock));
+    await lock.release();
+    assert.deepEqual((await values(gate, "later")).slice(1), [null, null]);
+  },
+);
+
 // (2) late answers after the lock is granted
 
 Deno.test(
