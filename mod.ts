@@ -48,6 +48,7 @@ export type {
   UsingRoutine,
 } from "./src/options.ts";
 export { Lock, type LockInit, type LockOwner, type LockSummary } from "./src/lock.ts";
+export { lead, type LeadContext, type LeadOptions, type LeadRoutine } from "./src/lead.ts";
 export {
   ExecutionError,
   type ExecutionResult,

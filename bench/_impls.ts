@@ -104,14 +104,32 @@ function unsupported(what: string): never {
   throw new Error(`${what} is not supported`);
 }
 
-/**
- * @x/redlock with clients of `kind`; with `wait`, every acquire waits that
- * way whatever the settings say (its id and label then name it).
- */
-export function xImpl(kind: ClientKind, wait?: "poll" | "notify"): Impl {
+/** A build of @x/redlock loaded from a module: its Redlock class and how its rows are named. */
+export interface Library {
+  /** Appended to the ids of its rows, e.g. `base`. */
+  readonly id: string;
+  /** Shown in its rows' labels, e.g. `0.2.0 @5c9962a`. */
+  readonly label: string;
+  /** The module's Redlock: its constructor, acquire, using and on must be this one's. */
+  readonly Redlock: typeof XRedlock;
+}
+
+/** Options of {@linkcode xImpl}. */
+export interface XImplOptions {
+  /** How every acquire waits, whatever the settings say (its id and label then name it). */
+  readonly wait?: "poll" | "notify";
+  /** Another build of the library than this checkout's `mod.ts` (its id and label name it). */
+  readonly library?: Library;
+}
+
+/** @x/redlock with clients of `kind`. */
+export function xImpl(kind: ClientKind, options: XImplOptions = {}): Impl {
+  const { wait, library } = options;
+  const tags = [kind, ...(wait ? [wait] : [])].join(", ");
+  const Redlock = library?.Redlock ?? XRedlock;
   return {
-    id: `x-${kind}${wait ? `-${wait}` : ""}`,
-    label: `@x/redlock (${kind}${wait ? `, ${wait}` : ""})`,
+    id: `x-${kind}${wait ? `-${wait}` : ""}${library ? `@${library.id}` : ""}`,
+    label: `@x/redlock${library ? ` ${library.label}` : ""} (${tags})`,
     client: kind,
     role: "x",
     multiResource: true,
@@ -119,7 +137,7 @@ export function xImpl(kind: ClientKind, wait?: "poll" | "notify"): Impl {
     async open(ports, settings) {
       const connections: Connection<unknown>[] = await connectAll(kind, ports);
       const errors = new ErrorCount();
-      const redlock = new XRedlock(
+      const redlock = new Redlock(
         connections.map((c) => c.client as IoredisClient | NodeRedisClient),
         {
           retryCount: settings.retryCount,
@@ -130,19 +148,19 @@ export function xImpl(kind: ClientKind, wait?: "poll" | "notify"): Impl {
       );
       redlock.on("error", (error) => errors.add(error));
       // `wait` is passed as it is: an option the library does not know is ignored.
-      const options = (wait ?? settings.wait)
+      const waitOptions = (wait ?? settings.wait)
         ? { wait: wait ?? settings.wait } as unknown as AcquireOptions
         : undefined;
       return {
         errors,
         async acquire(keys, ttl) {
-          const lock = await redlock.acquire(keys, ttl, options);
+          const lock = await redlock.acquire(keys, ttl, waitOptions);
           return { release: async () => void await lock.release() };
         },
         async using(keys, ttl, routine) {
           const latencies: number[] = [];
           let extensions = 0;
-          await redlock.using(keys, ttl, options ?? {}, async (signal, context) => {
+          await redlock.using(keys, ttl, waitOptions ?? {}, async (signal, context) => {
             let last = context.lock;
             const poll = () => {
               if (context.lock === last) return;
@@ -372,6 +390,6 @@ export const NODE_REDLOCK_DEFAULTS: Impl = nodeRedlockImpl(false, true);
 
 /** The @x/redlock rows with release-notified waiting (W3). */
 export const NOTIFY_IMPLS: readonly Impl[] = [
-  xImpl("ioredis", "notify"),
-  xImpl("node-redis", "notify"),
+  xImpl("ioredis", { wait: "notify" }),
+  xImpl("node-redis", { wait: "notify" }),
 ];

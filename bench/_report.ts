@@ -32,6 +32,53 @@ export interface Cell {
   readonly metric: string;
 }
 
+/** Every cell of `deno task bench`, in report order. */
+export const ALL_CELLS: readonly Cell[] = [
+  { workload: "W1", servers: 1, title: "W1 · one loop, fresh key · 1 server", metric: "opsPerSec" },
+  {
+    workload: "W1",
+    servers: 3,
+    title: "W1 · one loop, fresh key · 3 servers",
+    metric: "opsPerSec",
+  },
+  {
+    workload: "W2",
+    servers: 1,
+    title: "W2 · 64 loops, distinct keys · 1 server",
+    metric: "opsPerSec",
+  },
+  {
+    workload: "W2",
+    servers: 3,
+    title: "W2 · 64 loops, distinct keys · 3 servers",
+    metric: "opsPerSec",
+  },
+  {
+    workload: "W3",
+    servers: 3,
+    title: "W3 · 16 workers, one key · 3 servers",
+    metric: "grantsPerSec",
+  },
+  {
+    workload: "W4",
+    servers: 3,
+    title: "W4 · 5 resources per lock · 3 servers",
+    metric: "opsPerSec",
+  },
+  {
+    workload: "W5",
+    servers: 3,
+    title: "W5 · using(), 200 ms lease held 1 s · 3 servers",
+    metric: "extensions",
+  },
+  {
+    workload: "W6",
+    servers: 3,
+    title: "W6 · memory: acquire/release cycles · 3 servers",
+    metric: "heapGrowthKiB",
+  },
+];
+
 /** An implementation's result in a cell. */
 export interface Summary {
   readonly impl: Impl;
@@ -91,15 +138,20 @@ export class Results {
 
   /** Median over repetitions of `a[metric] / b[metric]`; null when either failed or is missing. */
   ratio(cell: Cell, a: Impl, b: Impl, metric = cell.metric): number | null {
+    const ratios = this.ratios(cell, a, b, metric);
+    return ratios.length ? median(ratios) : null;
+  }
+
+  /** `a[metric] / b[metric]` of every repetition both ran; none when either failed. */
+  ratios(cell: Cell, a: Impl, b: Impl, metric = cell.metric): number[] {
     const sa = this.summary(cell, a);
     const sb = this.summary(cell, b);
-    if (!sa || !sb || sa.failed || sb.failed) return null;
+    if (!sa || !sb || sa.failed || sb.failed) return [];
     const bs = new Map(this.of(cell, b).map((s) => [s.rep, s.metrics[metric]!]));
-    const ratios = this.of(cell, a).flatMap((s) => {
+    return this.of(cell, a).flatMap((s) => {
       const other = bs.get(s.rep);
       return other === undefined ? [] : [s.metrics[metric]! / other];
     }).filter(Number.isFinite);
-    return ratios.length ? median(ratios) : null;
   }
 }
 

@@ -21,6 +21,18 @@ export interface Outcome {
   violations: number;
   /** The first error, for the report. */
   error?: string;
+  /** Interleaved cells: ops/s of each slice, by turn (a turn without a slice is NaN). */
+  slices?: number[];
+}
+
+/** The outcome of a cell that could not run: one error, `error`. */
+export function failure(error: unknown): Outcome {
+  return {
+    metrics: {},
+    errors: 1,
+    violations: 0,
+    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+  };
 }
 
 /** Durations and sizes of a run. */
@@ -134,6 +146,13 @@ async function cycle(
   return { ops, elapsed: now() - start };
 }
 
+/** The loops and resources per lock of the throughput workloads (run {@linkcode interleaved}). */
+export const THROUGHPUT_SHAPES: Partial<Record<Workload, { loops: number; width: number }>> = {
+  W1: { loops: 1, width: 1 },
+  W2: { loops: 64, width: 1 },
+  W4: { loops: 1, width: 5 },
+};
+
 /** ms of one slice of an interleaved throughput cell. */
 export const SLICE_MS = 50;
 
@@ -168,6 +187,8 @@ export async function interleaved(
   const errors = impls.map(() => new Errors());
   const ops = impls.map(() => 0);
   const elapsed = impls.map(() => 0);
+  const turns = Math.max(1, Math.round(plan.measureMs / SLICE_MS));
+  const slices = impls.map(() => new Array<number>(turns).fill(NaN));
   try {
     for (const [i, instance] of opened.entries()) {
       if (instance instanceof Error) errors[i]!.add(instance);
@@ -177,7 +198,6 @@ export async function interleaved(
       }
     }
     collect();
-    const turns = Math.max(1, Math.round(plan.measureMs / SLICE_MS));
     for (let turn = 0; turn < turns; turn++) {
       for (let k = 0; k < n; k++) {
         const i = (k + turn + rep) % n;
@@ -191,16 +211,18 @@ export async function interleaved(
         );
         ops[i]! += slice.ops;
         elapsed[i]! += slice.elapsed;
+        slices[i]![turn] = (slice.ops / slice.elapsed) * 1000;
       }
     }
     return impls.map((_, i) => {
       const instance = opened[i]!;
-      return outcome(
+      const result = outcome(
         errors[i]!.count > 0 ? {} : { opsPerSec: (ops[i]! / elapsed[i]!) * 1000 },
         errors[i]!,
         instance instanceof Error ? [] : [instance],
         guards[i]!,
       );
+      return { ...result, slices: slices[i]! };
     });
   } finally {
     for (const instance of opened) if (!(instance instanceof Error)) await instance.close();

@@ -24,10 +24,12 @@
  */
 
 import { type RedisServers, startServers } from "../scripts/redis.ts";
+import { intArg, parseArgs } from "./_args.ts";
 import { type Bar, type Group, renderChart, type Series } from "./_chart.ts";
 import { type Impl, IMPLS, NOTIFY_IMPLS } from "./_impls.ts";
 import { describeMachine, machineLine } from "./_machine.ts";
 import {
+  ALL_CELLS,
   type Cell,
   contentionTable,
   extensionTable,
@@ -42,29 +44,24 @@ import {
 import {
   contention,
   extension,
+  failure,
   interleaved,
   memory,
   type Outcome,
   type Plan,
   probeNotify,
+  THROUGHPUT_SHAPES,
   type Workload,
 } from "./_workloads.ts";
 import { benchHandles } from "./handles.ts";
 
 // ---------------------------------------------------------------- options
 
-const args = new Map(
-  Deno.args.map((a) => {
-    const [name, value] = a.replace(/^--/, "").split("=", 2);
-    return [name!, value ?? "true"];
-  }),
-);
-for (const name of args.keys()) {
-  if (!["quick", "reps", "only", "json", "svg", "w6-all"].includes(name)) {
-    console.error(`unknown option --${name}; see the top of bench/bench.ts`);
-    Deno.exit(2);
-  }
-}
+const args = parseArgs(Deno.args, {
+  flags: ["quick", "w6-all"],
+  values: ["reps", "only", "json", "svg"],
+  usage: "the top of bench/bench.ts",
+});
 const quick = args.has("quick");
 const plan: Plan = quick
   ? {
@@ -85,8 +82,7 @@ const plan: Plan = quick
     thinkMs: 0,
     memoryCycles: 200_000,
   };
-const reps = Number(args.get("reps") ?? plan.reps);
-if (!Number.isInteger(reps) || reps < 1) throw new RangeError(`--reps must be ≥ 1, got ${reps}`);
+const reps = intArg(args, "reps", plan.reps);
 const only = args.get("only")?.split(",");
 // W6 is one long run per implementation; by default only @x/redlock's rows
 // make the 200 000 cycles (the quick run and --w6-all run every row).
@@ -96,51 +92,6 @@ const svgPath = args.get("svg") ?? "docs/bench.svg";
 
 // ---------------------------------------------------------------- cells
 
-const ALL_CELLS: readonly Cell[] = [
-  { workload: "W1", servers: 1, title: "W1 · one loop, fresh key · 1 server", metric: "opsPerSec" },
-  {
-    workload: "W1",
-    servers: 3,
-    title: "W1 · one loop, fresh key · 3 servers",
-    metric: "opsPerSec",
-  },
-  {
-    workload: "W2",
-    servers: 1,
-    title: "W2 · 64 loops, distinct keys · 1 server",
-    metric: "opsPerSec",
-  },
-  {
-    workload: "W2",
-    servers: 3,
-    title: "W2 · 64 loops, distinct keys · 3 servers",
-    metric: "opsPerSec",
-  },
-  {
-    workload: "W3",
-    servers: 3,
-    title: "W3 · 16 workers, one key · 3 servers",
-    metric: "grantsPerSec",
-  },
-  {
-    workload: "W4",
-    servers: 3,
-    title: "W4 · 5 resources per lock · 3 servers",
-    metric: "opsPerSec",
-  },
-  {
-    workload: "W5",
-    servers: 3,
-    title: "W5 · using(), 200 ms lease held 1 s · 3 servers",
-    metric: "extensions",
-  },
-  {
-    workload: "W6",
-    servers: 3,
-    title: "W6 · memory: acquire/release cycles · 3 servers",
-    metric: "heapGrowthKiB",
-  },
-];
 const CELLS = ALL_CELLS.filter((c) => !only || only.includes(c.workload));
 
 const byId = (id: string): Impl => [...IMPLS, ...NOTIFY_IMPLS].find((i) => i.id === id)!;
@@ -149,13 +100,6 @@ const NODE_REDLOCK = byId("node-redlock");
 const roles: Roles = {
   x: X,
   floorFor: (impl) => byId(`floor-${impl.client}`),
-};
-
-/** The loops and resources per lock of the throughput workloads (run interleaved). */
-const SHAPES: Partial<Record<Workload, { loops: number; width: number }>> = {
-  W1: { loops: 1, width: 1 },
-  W2: { loops: 64, width: 1 },
-  W4: { loops: 1, width: 5 },
 };
 
 function run(cell: Cell, impl: Impl, ports: readonly number[], notify: boolean): Promise<Outcome> {
@@ -237,16 +181,10 @@ try {
     );
   }
 
-  const failed = (error: unknown): Outcome => ({
-    metrics: {},
-    errors: 1,
-    violations: 0,
-    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-  });
   for (const cell of CELLS) {
     const impls = cellImpls(cell);
     const cellReps = cell.workload === "W6" ? 1 : reps;
-    const shape = SHAPES[cell.workload];
+    const shape = THROUGHPUT_SHAPES[cell.workload];
     for (let rep = 0; rep < cellReps && !stopping; rep++) {
       const order = impls.map((_, i) => impls[(i + rep) % impls.length]!);
       if (shape !== undefined) {
@@ -257,7 +195,7 @@ try {
           return !why;
         });
         const outcomes = await interleaved(runnable, ports(cell.servers), plan, shape, rep)
-          .catch((error) => runnable.map(() => failed(error)));
+          .catch((error) => runnable.map(() => failure(error)));
         for (const [position, impl] of runnable.entries()) {
           record(cell, impl, outcomes[position]!, { rep, position, of: cellReps });
         }
@@ -271,7 +209,7 @@ try {
         }
         (globalThis as { gc?: () => void }).gc?.();
         const outcome = await run(cell, impl, ports(cell.servers), NOTIFY_IMPLS.includes(impl))
-          .catch(failed);
+          .catch(failure);
         record(cell, impl, outcome, { rep, position, of: cellReps });
       }
     }

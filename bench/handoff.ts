@@ -28,39 +28,23 @@
  */
 
 import { startServers } from "../scripts/redis.ts";
+import { intArg, parseArgs } from "./_args.ts";
 import { type Impl, NODE_REDLOCK_DEFAULTS, type Settings, xImpl } from "./_impls.ts";
 import { describeMachine, machineLine } from "./_machine.ts";
 import { int, ms, table, times } from "./_report.ts";
+import { describeSource, sourceLine } from "./_source.ts";
 import { median } from "./_stats.ts";
-import { acquireLatency, handoff, type HandoffPlan, type Outcome } from "./_workloads.ts";
+import { acquireLatency, failure, handoff, type HandoffPlan, type Outcome } from "./_workloads.ts";
 
 // ---------------------------------------------------------------- options
 
-/** `--name=value`, `--name value` and `--flag`. */
-function parseArgs(argv: readonly string[]): Map<string, string> {
-  const args = new Map<string, string>();
-  for (let i = 0; i < argv.length; i++) {
-    const [name, value] = argv[i]!.replace(/^--/, "").split("=", 2);
-    const next = argv[i + 1];
-    if (value !== undefined) args.set(name!, value);
-    else if (name !== "quick" && next !== undefined && !next.startsWith("--")) {
-      args.set(name!, next);
-      i++;
-    } else args.set(name!, "true");
-  }
-  return args;
-}
-
-const args = parseArgs(Deno.args);
-for (const name of args.keys()) {
-  if (!["quick", "reps", "json"].includes(name)) {
-    console.error(`unknown option --${name}; see the top of bench/handoff.ts`);
-    Deno.exit(2);
-  }
-}
+const args = parseArgs(Deno.args, {
+  flags: ["quick"],
+  values: ["reps", "json"],
+  usage: "the top of bench/handoff.ts",
+});
 const quick = args.has("quick");
-const reps = Number(args.get("reps") ?? 3);
-if (!Number.isInteger(reps) || reps < 1) throw new RangeError(`--reps must be ≥ 1, got ${reps}`);
+const reps = intArg(args, "reps", 3);
 const jsonPath = args.get("json") ?? "docs/handoff.json";
 
 const WORKERS = 16;
@@ -82,8 +66,8 @@ const RATE_TARGET = 5;
 const X_SETTINGS: Settings = { retryCount: -1, retryDelay: 200, retryJitter: 100, threshold: 500 };
 
 const UNCONTENDED = xImpl("ioredis");
-const NOTIFY = xImpl("ioredis", "notify");
-const POLL = xImpl("ioredis", "poll");
+const NOTIFY = xImpl("ioredis", { wait: "notify" });
+const POLL = xImpl("ioredis", { wait: "poll" });
 /** node-redlock ignores the settings it is opened with: it uses its own defaults. */
 const CONTENDERS: readonly Impl[] = [NOTIFY, POLL, NODE_REDLOCK_DEFAULTS];
 
@@ -104,15 +88,6 @@ interface Sample extends Outcome {
 const samples: Sample[] = [];
 /** Set by SIGINT/SIGTERM: no further cell starts. */
 let stopping = false;
-
-function failure(error: unknown): Outcome {
-  return {
-    metrics: {},
-    errors: 1,
-    violations: 0,
-    error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-  };
-}
 
 const failed = (o: Outcome): boolean => o.errors > 0 || o.violations > 0;
 
@@ -345,32 +320,6 @@ function targetLine(t: Target): string {
     verdict;
 }
 
-/**
- * The library code this run measured: the commit, the files of src/ that
- * differ from it, and a SHA-256 of src/ as it was read at the start.
- */
-async function describeSource(): Promise<{ commit: string; changed: string[]; srcSha256: string }> {
-  const git = async (...gitArgs: string[]) => {
-    try {
-      const out = await new Deno.Command("git", { args: gitArgs, stderr: "null" }).output();
-      return new TextDecoder().decode(out.stdout).trim();
-    } catch {
-      return "";
-    }
-  };
-  const dir = new URL("../src/", import.meta.url);
-  const names: string[] = [];
-  for await (const entry of Deno.readDir(dir)) if (entry.isFile) names.push(entry.name);
-  const bytes = await Promise.all(names.sort().map((n) => Deno.readFile(new URL(n, dir))));
-  const digest = await crypto.subtle.digest("SHA-256", await new Blob(bytes).arrayBuffer());
-  return {
-    commit: await git("rev-parse", "HEAD"),
-    changed: (await git("status", "--porcelain", "--", "src")).split("\n").map((l) => l.trim())
-      .filter(Boolean),
-    srcSha256: [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join(""),
-  };
-}
-
 // ---------------------------------------------------------------- run
 
 const machine = await describeMachine();
@@ -393,12 +342,8 @@ const onSignal = () => {
 Deno.addSignalListener("SIGINT", onSignal);
 Deno.addSignalListener("SIGTERM", onSignal);
 
-const source = await describeSource();
-console.log(
-  `Library: ${source.commit.slice(0, 7) || "?"}${
-    source.changed.length ? ` + ${source.changed.length} changed file(s) in src/` : ""
-  }, src/ sha256 ${source.srcSha256.slice(0, 12)}\n`,
-);
+const source = await describeSource(new URL("../", import.meta.url));
+console.log(`Library: ${sourceLine(source)}\n`);
 const started = new Date();
 try {
   await using three = await startServers(3);

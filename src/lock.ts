@@ -161,7 +161,9 @@ export class Lock implements AsyncDisposable {
    */
   release(options?: ReleaseOptions): Promise<ExecutionResult> {
     this.#released = true;
-    return this.#owner.release(this, options).catch((error) => {
+    const releasing = this.#owner.release(this, options);
+    if (options === undefined) return releasing;
+    return releasing.catch((error) => {
       // Bad options: nothing was sent, so the lock still holds.
       if (error instanceof TypeError || error instanceof RangeError) this.#released = false;
       throw error;

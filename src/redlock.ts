@@ -22,6 +22,7 @@ import {
   type RedlockEventMap,
 } from "./events.ts";
 import type { Lock, LockOwner } from "./lock.ts";
+import { lead, type LeadOptions, type LeadRoutine } from "./lead.ts";
 import type {
   AcquireOptions,
   ExtendOptions,
@@ -739,19 +740,20 @@ export class Redlock extends EventTarget implements LockOwner {
   /** Acquires, bounded by `timeout` when given, through the hooks and with the event. */
   #acquire(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
     const hooks = HOOKS.get(this);
-    const run = () => this.#acquireNow(request, timeout);
-    return hooks === undefined ? run() : hooks.acquire(request.keys, run);
+    if (hooks === undefined) return this.#acquireNow(request, timeout);
+    return hooks.acquire(request.keys, () => this.#acquireNow(request, timeout));
   }
 
   #acquireNow(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
-    const start = now();
+    const listened = this.#listened("acquired");
+    const start = listened ? now() : 0;
     let acquiring: Promise<Lock>;
     if (timeout === undefined) acquiring = acquire(this.#context, request);
     else {
       const { signal, dispose } = deadline(request.signal, timeout);
       acquiring = acquire(this.#context, { ...request, signal }).finally(dispose);
     }
-    if (!this.#listened("acquired")) return acquiring;
+    if (!listened) return acquiring;
     return acquiring.then((lock) => {
       const waited = now() - start;
       this.dispatchEvent(new LockAcquiredEvent({ lock, waited, handoff: wasHandedOver(lock) }));
@@ -785,24 +787,24 @@ export class Redlock extends EventTarget implements LockOwner {
   /** Releases, through the hooks and with the event. */
   #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
     const hooks = HOOKS.get(this);
-    const run = () => this.#releaseNow(lock, settings);
-    return hooks === undefined ? run() : hooks.release(lock, run);
+    if (hooks === undefined) return this.#releaseNow(lock, settings);
+    return hooks.release(lock, () => this.#releaseNow(lock, settings));
   }
 
   /** One round of RELEASE: settles on a quorum. */
-  async #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
+  #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
     const keys = lock.resources;
     const call = releaseCall(keys, lock.value, String(settings.requestTimeout));
-    const ballot = await this.#servers.release(
-      this.#servers.sender(RELEASE, call),
-      settings.requestTimeout,
-      now(),
-    );
-    if (!ballot.ok) {
-      throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [ballot.stats]);
-    }
-    if (this.#listened("released")) this.dispatchEvent(new LockReleasedEvent(lock));
-    return { attempts: [ballot.stats] };
+    const send = this.#servers.sender(RELEASE, call);
+    return this.#servers.release(send, settings.requestTimeout, now()).then((ballot) => {
+      if (!ballot.ok) {
+        throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [
+          ballot.stats,
+        ]);
+      }
+      if (this.#listened("released")) this.dispatchEvent(new LockReleasedEvent(lock));
+      return { attempts: [ballot.stats] };
+    });
   }
 
   #inspect(
@@ -823,6 +825,40 @@ export class Redlock extends EventTarget implements LockOwner {
       what,
       everyServer,
     });
+  }
+
+  /**
+   * Campaigns for leadership of `name` until `options.signal` aborts: waits
+   * for the lock (woken by its release), runs `routine` while holding it with
+   * automatic extension, then releases it and campaigns again. The routine's
+   * signal aborts with a {@linkcode LockLostError} when leadership is lost; a
+   * routine's error is an `"error"` event, and campaigning goes on after a
+   * backoff. See {@linkcode lead}.
+   *
+   * @param name The name of the leadership (one Redis key).
+   * @param duration The lease in ms, renewed before it ends.
+   * @param routine The leader's work for one term; `context.term` is a
+   * fencing token that strictly increases from leader to leader.
+   * @param options Per-call overrides and the signal that stops campaigning.
+   * @returns A promise that resolves once `options.signal` aborted, the
+   * routine settled and the lock was released.
+   * @throws {TypeError} On a bad argument, before any request.
+   * @throws {RangeError} On an out-of-range argument, before any request.
+   *
+   * @example Running a scheduler on one instance at a time
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const shutdown = new AbortController();
+   * Deno.addSignalListener("SIGINT", () => shutdown.abort());
+   * await redlock.lead("scheduler", 10_000, async (signal, { term }) => {
+   *   console.log(`leading in term ${term}`);
+   *   await new Promise((resolve) => signal.addEventListener("abort", resolve));
+   * }, { signal: shutdown.signal });
+   * ```
+   */
+  lead(name: string, duration: number, routine: LeadRoutine, options?: LeadOptions): Promise<void> {
+    return lead(this, name, duration, routine, options);
   }
 
   /**

@@ -1,0 +1,47 @@
+/**
+ * A campaigner of the lead chaos case: `deno run -A _lead_worker.ts <log>
+ * <name> <lease> <notify|poll> <port>...` leads `name` and appends, for each term, a
+ * `start` line, a `valid` line each time its lock is extended (the new
+ * expiration) and an `end` line, as `<event> <pid> <term> <Date.now()>
+ * <lock.expiration>`. SIGTERM ends it (exit 0).
+ *
+ * @module
+ */
+
+import { Redis } from "ioredis";
+import { Redlock } from "../mod.ts";
+
+const [log, name, lease, wait, ...ports] = Deno.args;
+const clients = ports.map((port) => {
+  const client = new Redis({ host: "127.0.0.1", port: Number(port), retryStrategy: () => 50 });
+  client.on("error", () => {});
+  return client;
+});
+const redlock = new Redlock(clients, {
+  retryDelay: 100,
+  retryJitter: 100,
+  requestTimeout: 200,
+  wait: wait === "poll" ? "poll" : "notify",
+});
+redlock.on("error", () => {});
+const write = (event: string, term: number, expiration: number) =>
+  Deno.writeTextFile(log!, `${event} ${Deno.pid} ${term} ${Date.now()} ${expiration}\n`, {
+    append: true,
+  });
+
+const shutdown = new AbortController();
+Deno.addSignalListener("SIGTERM", () => shutdown.abort());
+await redlock.lead(name!, Number(lease), async (signal, context) => {
+  let lock = context.lock;
+  await write("start", context.term, lock.expiration);
+  while (!signal.aborted) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    if (context.lock !== lock) {
+      lock = context.lock;
+      await write("valid", context.term, lock.expiration);
+    }
+  }
+  await write("end", context.term, lock.expiration);
+}, { signal: shutdown.signal });
+for (const client of clients) client.disconnect();
+Deno.exit(0);
