@@ -27,9 +27,18 @@
  */
 
 export { Redlock, Redlock as default, type RedlockSummary } from "./src/redlock.ts";
+export { ReadWriteLock, type ReadWriteMode } from "./src/read_write.ts";
+export {
+  MAX_PERMITS,
+  PermitsMismatchError,
+  Semaphore,
+  type SemaphoreOptions,
+} from "./src/semaphore.ts";
 export type {
   AcquireOptions,
   ExtendOptions,
+  HandleAcquireOptions,
+  HandleUsingOptions,
   InspectOptions,
   RedlockInit,
   RedlockOptions,

@@ -1,5 +1,5 @@
 /**
- * `deno task bench [--quick] [--reps=N] [--only=W1,W3] [--w6-all] [--json=path] [--svg=path]`
+ * `deno task bench [--quick] [--reps=N] [--only=W1,W3,H] [--w6-all] [--json=path] [--svg=path]`
  *
  * Compares @x/redlock (with ioredis and with node-redis) with node-redlock,
  * @sesamecare-oss/redlock, redlock-universal and the bare protocol floor, in
@@ -53,6 +53,7 @@ import {
   THROUGHPUT_SHAPES,
   type Workload,
 } from "./_workloads.ts";
+import { benchHandles } from "./handles.ts";
 
 // ---------------------------------------------------------------- options
 
@@ -341,6 +342,13 @@ if (w6) {
       met: m ? m.timersLeft === 0 && m.connectionsLeft === 0 : null,
     });
   }
+}
+
+// Read-write locks and semaphores against the plain lock (bench/handles.ts): --only=H runs them.
+if (!only || only.includes("H")) {
+  const handles = await benchHandles(quick);
+  sections.push(handles.section);
+  targets.push(...handles.targets);
 }
 
 console.log(sections.join("\n\n"));

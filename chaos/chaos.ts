@@ -23,6 +23,7 @@ import { type CaseResult, runCase, type RunSettings } from "./_case.ts";
 import { type CaseName, CASES } from "./_cases.ts";
 import { acquireBound } from "./_history.ts";
 import { findings, table } from "./_report.ts";
+import { runHandleCases } from "./handles.ts";
 import { Rng } from "./_rng.ts";
 
 /** Options of {@linkcode runChaos}. */
@@ -100,6 +101,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     : Deno.env.get("REDLOCK_RUN_DIR")!;
   if (ownRunDir) Deno.env.set("REDLOCK_RUN_DIR", runDir);
   const results: CaseResult[] = [];
+  let handlesSafe = true;
   try {
     for (const spec of specs) {
       signal.throwIfAborted();
@@ -120,6 +122,10 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           (result.violations.length ? `; VIOLATED: ${result.violations.join("; ")}` : ""),
       );
     }
+    // Read-write locks and semaphores (chaos/handles.ts), in a third of the time again.
+    if (options.cases === undefined) {
+      handlesSafe = await runHandleCases(options.seconds / 3, options.seed, log);
+    }
   } finally {
     if (ownRunDir) {
       const left = await reapServers(runDir).catch(() => 0);
@@ -129,7 +135,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     }
   }
 
-  const safe = results.every((r) => r.violations.length === 0);
+  const safe = handlesSafe && results.every((r) => r.violations.length === 0);
   log("");
   log(table(results));
   log("");

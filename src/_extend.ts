@@ -5,7 +5,7 @@
 import { ExecutionError, type ExecutionStats, LockLostError } from "./errors.ts";
 import { Lock, type LockOwner } from "./lock.ts";
 import { EXTEND, extendCall, FENCE, fenceCall } from "./scripts.ts";
-import { type Servers, show } from "./_servers.ts";
+import { type Send, type Servers, show } from "./_servers.ts";
 import { round } from "./_quorum.ts";
 import { retryWait, type Settings } from "./_options.ts";
 import { delay } from "./_delay.ts";
@@ -24,20 +24,22 @@ export interface ExtendRequest {
 /**
  * Extends a lock to `duration` ms from the start of the successful attempt,
  * retrying as the settings say; the new lock has the same value and token.
+ * `send` asks one server (by default EXTEND on the lock's resources); its
+ * reply is a vote, as EXTEND's.
  */
 export async function extend(
   servers: Servers,
   owner: LockOwner,
   request: ExtendRequest,
+  send: Send = servers.sender(
+    EXTEND,
+    extendCall(request.lock.resources, request.lock.value, request.duration, request.onlyIfLocked),
+  ),
 ): Promise<Lock> {
   const { lock, duration, settings, onlyIfLocked, signal } = request;
   signal?.throwIfAborted();
   const attempts: ExecutionStats[] = [];
   const what = `extend of ${show(lock.resources)}`;
-  const send = servers.sender(
-    EXTEND,
-    extendCall(lock.resources, lock.value, duration, onlyIfLocked),
-  );
   for (let n = 1;; n++) {
     if (onlyIfLocked && lock.remainingTime <= 0) {
       throw new LockLostError(`${what} failed: the lock expired or was released`, attempts);

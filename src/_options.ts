@@ -44,6 +44,11 @@ export const KNOWN = {
   extend: new Set([...SETTINGS, "fencing", "signal", "timeout", "onlyIfLocked"]),
   release: new Set(["requestTimeout"]),
   inspect: new Set(["requestTimeout", "signal"]),
+  /** Acquires of read-write locks and semaphores (no fencing). */
+  handle: new Set([...SETTINGS, "signal", "timeout"]),
+  handleUsing: new Set([...SETTINGS, "signal", "timeout", "automaticExtensionThreshold"]),
+  handleExtend: new Set([...SETTINGS, "signal", "timeout", "onlyIfLocked"]),
+  semaphore: new Set(["permits"]),
 } as const;
 
 /**

@@ -165,3 +165,15 @@ export interface UsingContext {
 
 /** The routine `using()` runs while it holds the lock. */
 export type UsingRoutine<T> = (signal: AbortSignal, context: UsingContext) => Promise<T> | T;
+
+/**
+ * Options of the acquires of read-write locks and semaphores: those of
+ * {@linkcode AcquireOptions} but fencing.
+ */
+export type HandleAcquireOptions = Omit<AcquireOptions, "fencing">;
+
+/**
+ * Options of `using()` of read-write locks and semaphores: those of
+ * {@linkcode UsingOptions} but fencing.
+ */
+export type HandleUsingOptions = Omit<UsingOptions, "fencing">;

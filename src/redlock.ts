@@ -35,6 +35,9 @@ import type {
 } from "./options.ts";
 import { fenceKey, RELEASE, releaseCall } from "./scripts.ts";
 import { duplicateSubscriber } from "./subscriber.ts";
+import { ReadWriteLock } from "./read_write.ts";
+import { Semaphore, type SemaphoreOptions } from "./semaphore.ts";
+import { CONTEXTS } from "./_contend.ts";
 import {
   acquire,
   type AcquireContext,
@@ -856,5 +859,61 @@ export class Redlock extends EventTarget implements LockOwner {
    */
   lead(name: string, duration: number, routine: LeadRoutine, options?: LeadOptions): Promise<void> {
     return lead(this, name, duration, routine, options);
+  }
+
+  /**
+   * A read-write lock named `name` on this Redlock's servers: readers
+   * share it, a writer excludes everyone. Sends nothing until asked.
+   *
+   * @param name The lock's name (its keys share its hash tag).
+   * @returns The handle.
+   * @throws {TypeError} When `name` is no string.
+   * @throws {RangeError} When `name` is empty.
+   *
+   * @example Readers and writers
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * const rw = redlock.readWriteLock("doc:42");
+   * await using _ = await rw.read(5_000);
+   * ```
+   */
+  readWriteLock(name: string): ReadWriteLock {
+    this.#shareContext();
+    return new ReadWriteLock(this, name);
+  }
+
+  /**
+   * A semaphore named `name` of `options.permits` on this Redlock's
+   * servers: at most that many holders at once. Sends nothing until asked.
+   *
+   * @param name The semaphore's name (its keys share its hash tag).
+   * @param options The number of permits, the same for every holder.
+   * @returns The handle.
+   * @throws {TypeError} When `name` is no string or `permits` no number.
+   * @throws {RangeError} When `name` is empty or `permits` no integer from 1 to 1000.
+   *
+   * @example Four at a time
+   * ```ts no-eval
+   * import { Redlock } from "@x/redlock";
+   * declare const redlock: Redlock;
+   * await using _ = await redlock.semaphore("pdf", { permits: 4 }).acquire(10_000);
+   * ```
+   */
+  semaphore(name: string, options: SemaphoreOptions): Semaphore {
+    this.#shareContext();
+    return new Semaphore(this, name, options);
+  }
+
+  /** Lets the handles this Redlock makes use its servers, waiters and settings. */
+  #shareContext(): void {
+    if (CONTEXTS.has(this)) return;
+    CONTEXTS.set(this, {
+      servers: this.#servers,
+      waiters: this.#waiters,
+      settings: this.#settings,
+      redlock: this,
+      nextValue: (lease) => `${this.#id}:${(++this.#acquires).toString(36)}:${lease}`,
+    });
   }
 }

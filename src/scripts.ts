@@ -29,14 +29,15 @@ export interface ScriptCall {
   readonly args: readonly string[];
 }
 
-function script(name: string, source: string): LuaScript {
+/** A Lua script named `name`, with its SHA-1. */
+export function script(name: string, source: string): LuaScript {
   return Object.freeze({ name, source, sha1: sha1(source) });
 }
 
 /** ACQUIRE's flag for a fencing token. */
 const FENCED = "fenced";
 /** The seat of a watcher: ordered after every queued acquire. */
-const WATCHER = "*";
+export const WATCHER = "*";
 /** EXTEND's flag for taking keys that are free. */
 const TAKE_FREE = "take-free";
 
@@ -321,7 +322,8 @@ export function queueKey(resource: string): string {
   return beside(resource, "waiters");
 }
 
-function beside(resource: string, suffix: string): string {
+/** A key beside `resource`, in its Redis Cluster hash slot (its hash tag, or itself as one). */
+export function beside(resource: string, suffix: string): string {
   const open = resource.indexOf("{");
   const tagged = open !== -1 && resource.indexOf("}", open + 1) > open + 1;
   return tagged ? `${resource}:${suffix}` : `{${resource}}:${suffix}`;

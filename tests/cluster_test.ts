@@ -118,3 +118,33 @@ for (const kind of KINDS) {
     }
   });
 }
+
+for (const kind of KINDS) {
+  Deno.test(
+    `[${kind}] read-write locks and semaphores work over a cluster, names with or without a hash tag`,
+    async () => {
+      await using servers = await startServers(3, { cluster: true });
+      const { client, close } = await connectCluster(kind, servers);
+      try {
+        const redlock = new Redlock([client]);
+        for (const name of ["doc:42", "{game42}:doc"]) {
+          const rw = redlock.readWriteLock(name);
+          const r = await rw.read(5_000);
+          assert.equal(await rw.tryWrite(5_000), null);
+          await r.release();
+          const w = await (await rw.write(5_000)).extend(5_000);
+          assert.equal(await rw.tryRead(5_000), null);
+          await w.release();
+          const sem = redlock.semaphore(name, { permits: 2 });
+          const a = await sem.acquire(5_000);
+          const b = await sem.acquire(5_000);
+          assert.equal(await sem.tryAcquire(5_000), null);
+          await a.release();
+          await b.release();
+        }
+      } finally {
+        await close();
+      }
+    },
+  );
+}

@@ -1,0 +1,208 @@
+/**
+ * What read-write locks and semaphores share: what they need of their
+ * Redlock, the checks of an acquire's arguments, and the retry loop around
+ * their attempts (retries, waiting, giving up).
+ */
+
+import { ExecutionError, type ExecutionStats, ResourceLockedError } from "./errors.ts";
+import type { Lock, LockOwner } from "./lock.ts";
+import type { HandleAcquireOptions, UsingRoutine } from "./options.ts";
+import { AutoExtension, type Extender } from "./_auto_extend.ts";
+import type { Servers } from "./_servers.ts";
+import type { Waiters } from "./_waiters.ts";
+import { checkCallOptions, checkSettings, retryWait, type Settings } from "./_options.ts";
+import { deadline, delay } from "./_delay.ts";
+import { checkDuration, describeValue } from "./_validate.ts";
+
+/** What a read-write lock or semaphore needs of its Redlock. */
+export interface HandleContext {
+  readonly servers: Servers;
+  readonly waiters: Waiters;
+  /** The Redlock's settings. */
+  readonly settings: Settings;
+  /** The Redlock: reports errors; releases and extends permits. */
+  readonly redlock: LockOwner;
+  /** A fresh lock value for a lease of `lease` ms. */
+  nextValue(lease: number): string;
+}
+
+/**
+ * The handle contexts of Redlocks that made handles, set by the Redlock:
+ * a handle's constructor takes the Redlock (a public type) and finds its
+ * servers here.
+ */
+export const CONTEXTS: WeakMap<object, HandleContext> = new WeakMap();
+
+/** One acquire's checked arguments. */
+export interface HandleRequest {
+  readonly duration: number;
+  readonly settings: Settings;
+  readonly signal: AbortSignal | undefined;
+  readonly timeout: number | undefined;
+  readonly value: string;
+}
+
+/** Checks an acquire's arguments before any request; `known` are the option names. */
+export function checkRequest(
+  context: HandleContext,
+  duration: unknown,
+  options: HandleAcquireOptions | undefined,
+  known: ReadonlySet<string>,
+): HandleRequest {
+  checkDuration(duration);
+  const opts = checkCallOptions(options, known);
+  const settings = checkSettings(opts, context.settings, "options");
+  return {
+    duration: duration as number,
+    settings,
+    signal: opts.signal,
+    timeout: opts.timeout,
+    value: context.nextValue(duration as number),
+  };
+}
+
+/** `request` for exactly one attempt (tryRead, tryAcquire, …). */
+export function oneAttempt(request: HandleRequest): HandleRequest {
+  return { ...request, settings: { ...request.settings, retryCount: 0 } };
+}
+
+/** Splits using()'s `(options, routine)` or `(routine)` and checks the routine. */
+export function usingArguments<O, R>(optionsOrRoutine: O | R, maybeRoutine: R | undefined): [
+  O | undefined,
+  R,
+] {
+  const [options, routine] = typeof optionsOrRoutine === "function"
+    ? [undefined, optionsOrRoutine as R]
+    : [optionsOrRoutine as O, maybeRoutine];
+  if (typeof routine !== "function") {
+    throw new TypeError(`routine must be a function, got ${describeValue(routine)}`);
+  }
+  return [options, routine];
+}
+
+/**
+ * using()'s part after the acquire: runs `routine` while `extend` renews
+ * the lock `threshold` ms before it ends, then releases it; a failed
+ * release goes to `report` (the routine's result matters more).
+ */
+export async function holdWhile<T>(
+  lock: Lock,
+  threshold: number,
+  extend: Extender,
+  signal: AbortSignal | undefined,
+  routine: UsingRoutine<T>,
+  release: (lock: Lock) => Promise<unknown>,
+  report: (error: unknown) => void,
+): Promise<T> {
+  const extension = new AutoExtension(lock, threshold, extend, signal);
+  try {
+    return await routine(extension.signal, extension.context);
+  } finally {
+    const last = await extension.stop();
+    try {
+      await release(last);
+    } catch (error) {
+      report(error);
+    }
+  }
+}
+
+/** A failed attempt: its stats and what the servers said. */
+export interface Refusal {
+  readonly stats: ExecutionStats & {
+    readonly votesAgainst: { readonly conflicts: number; readonly size: number };
+  };
+  /** When the attempt started (monotonic). */
+  readonly start: number;
+  /** The shortest TTL of a conflicting holder, or Infinity. */
+  readonly heldFor: number;
+  /** Settles once the releases the attempt sent for what it may have taken have answered. */
+  readonly undone: Promise<unknown>;
+}
+
+/** What the retry loop drives: one kind of acquire. */
+export interface Contender {
+  /**
+   * One attempt, `listening` true when a release wakes the caller (then a
+   * refusal asks the servers to publish the release), `sleep` the wait
+   * that follows a refusal. Releases what a failed attempt took; when
+   * `signal` aborts, rejects with its reason.
+   */
+  attempt(
+    listening: boolean,
+    sleep: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Lock | Refusal>;
+  /**
+   * Releases whatever the acquire may hold, and resolves once the servers
+   * answered (or timed out): after `last`, the refusal whose retries ran
+   * out, what it did not undo already; without it (an abort, an error),
+   * on every server.
+   */
+  abandon(last?: Refusal): Promise<void>;
+  /** The keys whose release channels wake the acquire; undefined: it polls. */
+  readonly channels: readonly string[] | undefined;
+  /** What the error messages call it, e.g. `read lock of "doc"`. */
+  readonly what: string;
+}
+
+/**
+ * Attempts until one succeeds, as the settings say: at most `retryCount +
+ * 1` attempts, sleeping `retryDelay` plus jitter between two (less when a
+ * release wakes it, and never longer than the holder's TTL), bounded by
+ * `timeout` and `signal`.
+ */
+export async function contend(
+  context: HandleContext,
+  request: HandleRequest,
+  contender: Contender,
+): Promise<Lock> {
+  const { signal, dispose } = deadline(request.signal, request.timeout);
+  signal?.throwIfAborted();
+  const { settings } = request;
+  const notify = settings.wait === "notify" && contender.channels !== undefined;
+  const attempts: ExecutionStats[] = [];
+  let listening: Awaited<ReturnType<Waiters["listen"]>> | undefined;
+  try {
+    for (let n = 1;; n++) {
+      const sleep = retryWait(settings, n);
+      const outcome = await contender.attempt(listening?.subscribed === true, sleep, signal);
+      if (!("stats" in outcome)) return outcome;
+      attempts.push(outcome.stats);
+      const { votesAgainst } = outcome.stats;
+      const { retryCount } = settings;
+      if (retryCount !== -1 && n > retryCount) {
+        await contender.abandon(outcome);
+        const errors = votesAgainst.size - votesAgainst.conflicts;
+        const { servers } = context;
+        const held = votesAgainst.conflicts > 0 &&
+          errors <= servers.members.length - servers.quorum;
+        const message = `acquire of ${contender.what} failed`;
+        throw held
+          ? new ResourceLockedError(`${message}: held by another holder`, attempts)
+          : new ExecutionError(message, attempts);
+      }
+      if (notify && votesAgainst.conflicts > 0) {
+        if (listening === undefined) {
+          listening = await context.waiters.listen(contender.channels!, settings.requestTimeout);
+          if (listening.subscribed) continue; // at once: this refusal did not ask to publish
+        }
+        if (listening.subscribed) {
+          const ms = Math.min(
+            sleep,
+            Number.isFinite(outcome.heldFor) ? outcome.heldFor + 1 : sleep,
+          );
+          await listening.wait(outcome.start, ms, signal);
+          continue;
+        }
+      }
+      await delay(sleep, signal);
+    }
+  } catch (error) {
+    if (!(error instanceof ExecutionError)) contender.abandon().catch(() => {});
+    throw error;
+  } finally {
+    dispose();
+    listening?.done();
+  }
+}

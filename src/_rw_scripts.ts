@@ -1,0 +1,218 @@
+/**
+ * The Lua scripts of read-write locks: one call per server per operation
+ * (read, write, release; extend is a read or write that must already
+ * hold), each replying with an integer as the plain lock's scripts do:
+ * `≥ 0` for, `-3 - pttl` against. Every key of one lock shares the hash tag
+ * of its name, so a Redis Cluster keeps them in one slot.
+ *
+ * Per server: the writer's key (its value, with PX), the readers' sorted
+ * set (values scored by their expiry in the server's own time, from `TIME`,
+ * expired ones dropped by every call), the waiting writer's mark (its value,
+ * with PX, refreshed by each of its attempts), and the watched flag (set by
+ * a refused waiter that listens, so that a release publishes).
+ */
+
+import { beside, type LuaScript, script, type ScriptCall } from "./scripts.ts";
+import { releaseChannel } from "./subscriber.ts";
+
+/** The mode of a read-write lock. */
+export type Mode = "read" | "write";
+
+/** What a READ or WRITE call does. */
+export const RW_HOW = Object.freeze({
+  /** Takes the lock when it is free for the mode. */
+  acquire: "acquire",
+  /** Renews the lock only while the value holds it. */
+  extend: "extend",
+  /** Renews the lock, or takes it again when it is free (`onlyIfLocked: false`). */
+  extendOrTake: "extend-or-take",
+});
+
+/** One of {@linkcode RW_HOW}'s values. */
+export type RwHow = typeof RW_HOW[keyof typeof RW_HOW];
+
+/** What a RW_RELEASE call lets go of. */
+export const RW_RELEASE_MODE = Object.freeze({
+  /** The value's read lock. */
+  read: "read",
+  /** The value's write lock and its mark. */
+  write: "write",
+  /** Only the write lock a failed attempt took: the writer still waits, its mark stays. */
+  undoWrite: "undo-write",
+});
+
+/** One of {@linkcode RW_RELEASE_MODE}'s values. */
+export type RwReleaseMode = typeof RW_RELEASE_MODE[keyof typeof RW_RELEASE_MODE];
+
+/** The flag of a refused caller that listens for the release. */
+const WATCH = "watch";
+
+/** Lua shared by the scripts: the server's time in ms, and expired readers dropped. */
+const PROLOGUE = `local writer, readers, waiting, watched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local value, lease, how = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call("ZREMRANGEBYSCORE", readers, "-inf", now)
+`;
+
+/** Lua: a refused caller that listens sets the watched flag (ARGV[4], ARGV[5]). */
+const REFUSED = `local function refused(ttl)
+  if ARGV[4] == "${WATCH}" then
+    redis.call("SET", watched, "1", "PX", math.max(ttl, 0) + tonumber(ARGV[5]))
+  end
+  return -3 - ttl
+end
+`;
+
+/**
+ * Takes (or renews) a read lock for the value: refused while a writer
+ * holds the lock or waits for it (then `-3 - pttl` of the writer's key or
+ * mark). The reader's entry expires `lease` ms from now in the server's
+ * time; the set outlives its last entry.
+ */
+export const RW_READ: LuaScript = script(
+  "rw-read",
+  PROLOGUE + REFUSED + `local held = redis.call("ZSCORE", readers, value)
+if not held then
+  if how == "${RW_HOW.extend}" then return -1 end
+  if redis.call("EXISTS", writer, waiting) > 0 then
+    local ttl = redis.call("PTTL", writer)
+    if ttl == -2 then ttl = redis.call("PTTL", waiting) end
+    if ttl ~= -2 then return refused(ttl) end
+  end
+end
+redis.call("ZADD", readers, now + lease, value)
+if redis.call("PTTL", readers) < lease then redis.call("PEXPIRE", readers, lease) end
+return 0`,
+);
+
+/**
+ * Takes (or renews) the write lock for the value: refused while another
+ * writer holds it (`-3 - pttl` of its key) or any reader does (`-3 -` the
+ * ms until the last reader expires). A refused acquire leaves its mark,
+ * which blocks new readers, unless another writer's mark is there; the
+ * grant removes the value's own mark.
+ */
+export const RW_WRITE: LuaScript = script(
+  "rw-write",
+  PROLOGUE + REFUSED + `local holder = redis.call("GET", writer)
+if holder == value then
+  redis.call("SET", writer, value, "PX", lease)
+  return 0
+end
+if how == "${RW_HOW.extend}" then return -3 - redis.call("PTTL", writer) end
+local ttl = -2
+if holder then
+  ttl = redis.call("PTTL", writer)
+else
+  local last = redis.call("ZRANGE", readers, -1, -1, "WITHSCORES")[2]
+  if last then ttl = tonumber(last) - now end
+end
+if ttl ~= -2 then
+  if how == "${RW_HOW.acquire}" then
+    local mark = redis.call("GET", waiting)
+    if not mark or mark == value then redis.call("SET", waiting, value, "PX", ARGV[6]) end
+  end
+  return refused(ttl)
+end
+redis.call("SET", writer, value, "PX", lease)
+if redis.call("GET", waiting) == value then redis.call("DEL", waiting) end
+return 0`,
+);
+
+/**
+ * Releases the value's read or write lock (and, for a writer that is
+ * done, its mark; see {@linkcode RW_RELEASE_MODE}).
+ * When that frees the lock for somebody (the writer's key or mark went, or
+ * the last reader left) and a refused waiter listens, publishes on the
+ * release channel of the writer's key. Replies how many locks the value
+ * held (0 or 1).
+ */
+export const RW_RELEASE: LuaScript = script(
+  "rw-release",
+  `local writer, readers, waiting, watched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local value, how = ARGV[1], ARGV[3]
+local count, freed = 0, false
+if how == "${RW_RELEASE_MODE.read}" then
+  count = redis.call("ZREM", readers, value)
+  if count > 0 then
+    local t = redis.call("TIME")
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call("ZREMRANGEBYSCORE", readers, "-inf", now)
+    freed = redis.call("EXISTS", readers) == 0
+  end
+else
+  if redis.call("GET", writer) == value then
+    redis.call("DEL", writer)
+    count, freed = 1, true
+  end
+  if how == "${RW_RELEASE_MODE.write}" and redis.call("GET", waiting) == value then
+    redis.call("DEL", waiting)
+    freed = true
+  end
+end
+if freed and redis.call("DEL", watched) == 1 then
+  redis.call("PUBLISH", "${releaseChannel("")}" .. writer, "")
+end
+return count`,
+);
+
+/** Replies 0 while the value holds the lock in the mode (`how`), else -1. */
+export const RW_HOLDS: LuaScript = script(
+  "rw-holds",
+  PROLOGUE + `if how == "read" then
+  if redis.call("ZSCORE", readers, value) then return 0 end
+elseif redis.call("GET", writer) == value then
+  return 0
+end
+return -1`,
+);
+
+/** The keys of the read-write lock `name`, in the order the scripts take them. */
+export function rwKeys(name: string): readonly string[] {
+  return Object.freeze(
+    ["writer", "readers", "waiting", "watched"].map((s) => beside(name, `rw:${s}`)),
+  );
+}
+
+/** What a READ or WRITE call asks besides the keys and value. */
+export interface RwTerms {
+  /** The lease in ms. */
+  readonly duration: number;
+  readonly how: RwHow;
+  /** ms the watched flag outlives the holder when a refused caller listens; 0: no flag. */
+  readonly watchLife: number;
+  /** ms a refused writer's mark lasts (it is renewed by every attempt). */
+  readonly markLife: number;
+}
+
+/**
+ * KEYS: writer, readers, waiting mark, watched flag. ARGV: value, lease,
+ * how, the watch flag, ms the flag outlives the holder, ms the mark lasts.
+ */
+export function rwCall(keys: readonly string[], value: string, terms: RwTerms): ScriptCall {
+  const { duration, how, watchLife, markLife } = terms;
+  return {
+    keys,
+    args: [
+      value,
+      String(duration),
+      how,
+      watchLife > 0 ? WATCH : "",
+      String(watchLife),
+      String(Math.max(1, Math.ceil(markLife))),
+    ],
+  };
+}
+
+/**
+ * KEYS: the lock's four keys. ARGV: value, 0, the mode (a {@linkcode Mode}
+ * for RW_HOLDS, a {@linkcode RwReleaseMode} for RW_RELEASE).
+ */
+export function rwModeCall(
+  keys: readonly string[],
+  value: string,
+  mode: Mode | RwReleaseMode,
+): ScriptCall {
+  return { keys, args: [value, "0", mode] };
+}
