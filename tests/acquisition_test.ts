@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import {
   ExecutionError,
   type ExecutionStats,
-  type Lock,
+  Lock,
   LockConflictError,
   Redlock,
   type RedlockOptions,
@@ -564,6 +564,55 @@ Deno.test(
     assert.deepEqual(await values(gate, "baton"), [lock.value, lock.value, lock.value]);
     await lock.release();
     assert.deepEqual(await values(gate, "baton"), [null, null, null]);
+  },
+);
+
+/**
+ * A handoff may count a server whose answer to a lost round is still out:
+ * once the lock is granted, that late grant must be kept (releasing it would
+ * leave the lock on fewer servers than it counted).
+ */
+Deno.test(
+  "a late grant of a lost round is kept when a handoff counted that server",
+  async () => {
+    await using env = await scripted(5, { requestTimeout: 2_000, retryCount: -1 });
+    const { gate, redlock: waiter } = env;
+    const plain = await connectAll("ioredis", gate.servers);
+    const holder = new Redlock(plain.clients, { wait: "poll" });
+    /** Releases the holder's lock on some servers only, as its release would there. */
+    const releaseOn = async (lock: Lock, servers: number[]) => {
+      await using part = new Redlock(servers.map((i) => plain.clients[i]!));
+      const init = { resources: lock.resources, value: lock.value, attempts: [] };
+      await part.release(new Lock({ ...init, owner: part, validUntil: 1e12 }));
+    };
+    try {
+      const held = await holder.acquire("counted", 10_000);
+      const waiting = waiter.acquire("counted", 5_000, { timeout: 8_000 });
+      waiting.catch(() => {});
+      // queued on every server (the second attempt is the first in the queue)
+      await answered(await gate.sent({ script: "acquire", nth: 2 }, 5));
+      // server 2 is handed over to the waiter; its message wakes it, and its third attempt
+      // finds its own value there (a grant, held back) and the holder's everywhere else
+      gate.hold({ script: "acquire", server: 2, nth: 3 });
+      await releaseOn(held, [2]);
+      const third = await gate.sent({ script: "acquire", nth: 3 }, 5);
+      const late = third.find((c) => c.server === 2)!;
+      await answered(third.filter((c) => c !== late));
+      // servers 0 and 1 are handed over too: with server 2's, a quorum of 3 handed it the key
+      await releaseOn(held, [0, 1]);
+      const lock = await waiting;
+      assert.deepEqual(sorted(lock.attempts.at(-1)!.votesFor), [0, 1, 2], "a handoff");
+      await gate.deliver(late);
+      await answered(gate.find({ script: "release" }));
+      const after = await values(gate, "counted");
+      assert.deepEqual(after.slice(0, 3), [lock.value, lock.value, lock.value]);
+      assert.ok(await waiter.isValid(lock));
+      await lock.release();
+      await holder.release(held).catch(() => {});
+    } finally {
+      await holder[Symbol.asyncDispose]();
+      await plain[Symbol.asyncDispose]();
+    }
   },
 );
 
