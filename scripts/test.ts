@@ -19,10 +19,13 @@ console.log(
 );
 
 // Test files among the arguments run alone; else the whole tests/ directory.
-const files = Deno.args.some((arg) => arg.endsWith(".ts")) ? [] : ["tests/"];
+const named = Deno.args.some((arg) => arg.endsWith(".ts"));
+const files = named ? [] : ["tests/"];
+const wantsRuntimes = !named || Deno.args.some((arg) => arg.endsWith("runtimes_test.ts"));
+const runtimes = wantsRuntimes ? await prepareRuntimes() : {};
 const child = new Deno.Command(Deno.execPath(), {
-  args: ["test", "--allow-all", ...Deno.args, ...files],
-  env: { REDLOCK_RUN_DIR: runDir },
+  args: ["test", "--allow-all", ...(runtimes.ignore ?? []), ...Deno.args, ...files],
+  env: { REDLOCK_RUN_DIR: runDir, ...runtimes.env },
   stdin: "null",
 }).spawn();
 
@@ -49,3 +52,54 @@ try {
   await Deno.remove(runDir, { recursive: true }).catch(() => {});
 }
 Deno.exit(code);
+
+/**
+ * The npm packages the Node and Bun tests run (tests/runtimes/package.json),
+ * installed once per version of that file under ~/.cache, unless
+ * REDLOCK_RUNTIMES names them already (.ci/run does). Without node and npm
+ * those tests are left out, and a line says what to install.
+ */
+async function prepareRuntimes(): Promise<{ env?: Record<string, string>; ignore?: string[] }> {
+  if (Deno.env.get("REDLOCK_RUNTIMES")) return {};
+  const has = async (command: string) => {
+    try {
+      const probe = new Deno.Command(command, {
+        args: ["--version"],
+        stdout: "null",
+        stderr: "null",
+      });
+      return (await probe.output()).success;
+    } catch {
+      return false; // not on PATH
+    }
+  };
+  if (!(await has("node")) || !(await has("npm"))) {
+    console.log(
+      "Node and Bun tests (tests/runtimes_test.ts) left out: install Node 20 and npm " +
+        "(e.g. apt-get install nodejs npm) to run them",
+    );
+    return { ignore: ["--ignore=tests/runtimes_test.ts"] };
+  }
+  const manifest = await Deno.readFile("tests/runtimes/package.json");
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", manifest));
+  const tag = [...digest.slice(0, 6)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  const home = Deno.env.get("HOME") ?? Deno.env.get("TMPDIR") ?? "/tmp";
+  const dir = `${home}/.cache/redlock-runtimes/${tag}`;
+  const ready = await Deno.stat(`${dir}/node_modules/bun/package.json`).then(
+    () => true,
+    () => false,
+  );
+  if (!ready) {
+    console.log(`Installing the Node and Bun test packages once, into ${dir}`);
+    await Deno.mkdir(dir, { recursive: true });
+    await Deno.writeFile(`${dir}/package.json`, manifest);
+    const npm = await new Deno.Command("npm", {
+      args: ["install", "--prefix", dir, "--no-audit", "--no-fund", "--loglevel=error"],
+      stdout: "null",
+    }).output();
+    if (!npm.success) {
+      console.log("npm install failed: the Node and Bun tests will say what is missing");
+    }
+  }
+  return { env: { REDLOCK_RUNTIMES: dir } };
+}
