@@ -110,6 +110,13 @@ export function checkSettings(options: RedlockOptions, base: Settings, name: str
   return s;
 }
 
+/** The settings of a release: `base`, or with the `requestTimeout` of `options`. */
+export function releaseSettings(options: unknown, base: Settings): Settings {
+  if (options === undefined) return base;
+  checkKeys(options, KNOWN.release, "options");
+  return checkSettings(options as RedlockOptions, base, "options");
+}
+
 /** What every call that waits takes besides settings. */
 interface CallOptions {
   signal?: AbortSignal;

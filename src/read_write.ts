@@ -42,7 +42,13 @@ import {
 } from "./_contend.ts";
 import { extensionThreshold } from "./_auto_extend.ts";
 import { extend } from "./_extend.ts";
-import { checkCallOptions, checkKeys, checkSettings, KNOWN, type Settings } from "./_options.ts";
+import {
+  checkCallOptions,
+  checkSettings,
+  KNOWN,
+  releaseSettings,
+  type Settings,
+} from "./_options.ts";
 import { within } from "./_delay.ts";
 import { now, validUntil } from "./_time.ts";
 import { checkDuration, checkLock, checkResource, describeValue } from "./_validate.ts";
@@ -278,10 +284,7 @@ export class ReadWriteLock implements LockOwner {
     let settings = this.#context.settings;
     try {
       this.#modeOf(lock);
-      if (options !== undefined) {
-        checkKeys(options, KNOWN.release, "options");
-        settings = checkSettings(options, settings, "options");
-      }
+      settings = releaseSettings(options, settings);
     } catch (error) {
       return Promise.reject(error);
     }

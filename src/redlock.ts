@@ -55,6 +55,7 @@ import {
   DEFAULTS,
   KNOWN,
   NO_OPTIONS,
+  releaseSettings,
   type Settings,
 } from "./_options.ts";
 import { Servers, show } from "./_servers.ts";
@@ -294,10 +295,7 @@ export class Redlock extends EventTarget implements LockOwner {
     let settings = this.#settings;
     try {
       checkLock(lock);
-      if (options !== undefined) {
-        checkKeys(options, KNOWN.release, "options");
-        settings = checkSettings(options, settings, "options");
-      }
+      settings = releaseSettings(options, settings);
     } catch (error) {
       return Promise.reject(error);
     }
