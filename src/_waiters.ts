@@ -67,7 +67,8 @@ export class Waiters {
   /** The queued acquires, by lock value: what their wake messages tell. */
   readonly #named = new Map<string, Channel>();
   #subscribers: Promise<(ReleaseSubscriber | null)[]> | undefined;
-  #closing: Promise<void> = Promise.resolve();
+  /** The closing of the connections, while it is under way. */
+  #closing: Promise<void> | undefined;
   /** Unsubscribes and closes under way, which `close()` waits for. */
   readonly #tidying = new Set<Promise<void>>();
   /** Closes the connections once nobody waited for {@linkcode LINGER_MS}. */
@@ -112,7 +113,9 @@ export class Waiters {
     value?: string,
   ): Promise<Listening> {
     this.#idleSince = Infinity;
-    await this.#closing;
+    // Connections closing from an earlier wait are given at most a request's
+    // time: one to a dead server may never report that it closed.
+    if (this.#closing !== undefined) await within(this.#closing, timeout);
     const names = value === undefined ? keys.map(releaseChannel) : [this.#wake];
     // Channels kept from earlier waits that nobody needs now.
     const stale: string[] = [];
@@ -191,9 +194,13 @@ export class Waiters {
     this.#subscribers = undefined;
     this.#channels.clear();
     if (subscribers !== undefined) {
-      this.#closing = this.#track(
+      const closing = this.#track(
         subscribers.then((list) => Promise.all(list.map((s) => s?.close().catch(() => {})))),
       );
+      this.#closing = closing;
+      closing.then(() => {
+        if (this.#closing === closing) this.#closing = undefined;
+      });
     }
     return Promise.all(this.#tidying).then(() => {});
   }

@@ -7,6 +7,10 @@
  */
 
 import type { RedisClient } from "./clients.ts";
+import { within } from "./_delay.ts";
+
+/** ms a subscriber connection is given to report that it closed. */
+const CLOSE_MS = 1_000;
 
 /**
  * The channel a release of `resource` is published on when nobody queues
@@ -149,7 +153,8 @@ async function ioredisSubscriber(
     const reconnecting = sub.status === "reconnecting" || sub.status === "wait";
     sub.disconnect();
     if (sub.status !== "end" && !reconnecting) {
-      await new Promise((resolve) => sub.once("end", resolve));
+      // (bounded: a connection to a dead server may never report its end)
+      await within(new Promise((resolve) => sub.once("end", resolve)), CLOSE_MS);
     }
   };
   await connectOrClose(sub.connect(), close);
