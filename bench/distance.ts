@@ -32,25 +32,18 @@ import { startServers } from "../scripts/redis.ts";
 import { stopOnSignal } from "./_signals.ts";
 import { type Impl, IMPLS, NODE_REDLOCK_DEFAULTS, type Settings, xImpl } from "./_impls.ts";
 import { describeMachine, machineLine } from "./_machine.ts";
+import { intArg, parseArgs } from "./_args.ts";
 import { table } from "./_report.ts";
 import { median } from "./_stats.ts";
 import { contention, handoff, interleaved, type Outcome, type Plan } from "./_workloads.ts";
 
-const args = new Map(
-  Deno.args.map((a) => {
-    const [name, value] = a.replace(/^--/, "").split("=", 2);
-    return [name!, value ?? "true"];
-  }),
-);
-for (const name of args.keys()) {
-  if (!["quick", "reps", "delays", "json"].includes(name)) {
-    console.error(`unknown option --${name}; see the top of bench/distance.ts`);
-    Deno.exit(2);
-  }
-}
+const args = parseArgs(Deno.args, {
+  flags: ["quick"],
+  values: ["reps", "delays", "json"],
+  usage: "the top of bench/distance.ts",
+});
 const quick = args.has("quick");
-const reps = Number(args.get("reps") ?? (quick ? 1 : 2));
-if (!Number.isInteger(reps) || reps < 1) throw new RangeError(`--reps must be ≥ 1, got ${reps}`);
+const reps = intArg(args, "reps", quick ? 1 : 2);
 const delays = (args.get("delays") ?? "0,0.25,1").split(",").map(Number);
 if (delays.some((d) => !(d >= 0))) throw new RangeError(`--delays must be ≥ 0 ms, got ${delays}`);
 const jsonPath = args.get("json") ?? "docs/distance.json";

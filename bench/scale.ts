@@ -32,22 +32,16 @@ import { stopOnSignal } from "./_signals.ts";
 import { closeAll, connectAll } from "./_connect.ts";
 import { type Impl, IMPLS } from "./_impls.ts";
 import { describeMachine, machineLine } from "./_machine.ts";
+import { parseArgs } from "./_args.ts";
 import { table } from "./_report.ts";
 import { median, percentile, sleep } from "./_stats.ts";
 import { interleaved, type Plan } from "./_workloads.ts";
 
-const args = new Map(
-  Deno.args.map((a) => {
-    const [name, value] = a.replace(/^--/, "").split("=", 2);
-    return [name!, value ?? "true"];
-  }),
-);
-for (const name of args.keys()) {
-  if (!["quick", "waiters", "curves", "json"].includes(name)) {
-    console.error(`unknown option --${name}; see the top of bench/scale.ts`);
-    Deno.exit(2);
-  }
-}
+const args = parseArgs(Deno.args, {
+  flags: ["quick"],
+  values: ["waiters", "curves", "json"],
+  usage: "the top of bench/scale.ts",
+});
 const quick = args.has("quick");
 const WAITERS = (args.get("waiters") ?? "16,256,1000").split(",").map(Number);
 const curves = (args.get("curves") ?? "waiters,resources,servers").split(",");

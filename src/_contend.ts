@@ -6,13 +6,12 @@
 
 import { ExecutionError, type ExecutionStats, ResourceLockedError } from "./errors.ts";
 import type { Lock, LockOwner } from "./lock.ts";
-import type { HandleAcquireOptions, UsingRoutine } from "./options.ts";
-import { AutoExtension, type Extender } from "./_auto_extend.ts";
+import type { HandleAcquireOptions } from "./options.ts";
 import type { Servers } from "./_servers.ts";
 import type { Waiters } from "./_waiters.ts";
 import { checkCallOptions, checkSettings, retryWait, type Settings } from "./_options.ts";
 import { deadline, delay } from "./_delay.ts";
-import { checkDuration, describeValue } from "./_validate.ts";
+import { checkDuration } from "./_validate.ts";
 
 /** What a read-write lock or semaphore needs of its Redlock. */
 export interface HandleContext {
@@ -64,47 +63,6 @@ export function checkRequest(
 /** `request` for exactly one attempt (tryRead, tryAcquire, …). */
 export function oneAttempt(request: HandleRequest): HandleRequest {
   return { ...request, settings: { ...request.settings, retryCount: 0 } };
-}
-
-/** Splits using()'s `(options, routine)` or `(routine)` and checks the routine. */
-export function usingArguments<O, R>(optionsOrRoutine: O | R, maybeRoutine: R | undefined): [
-  O | undefined,
-  R,
-] {
-  const [options, routine] = typeof optionsOrRoutine === "function"
-    ? [undefined, optionsOrRoutine as R]
-    : [optionsOrRoutine as O, maybeRoutine];
-  if (typeof routine !== "function") {
-    throw new TypeError(`routine must be a function, got ${describeValue(routine)}`);
-  }
-  return [options, routine];
-}
-
-/**
- * using()'s part after the acquire: runs `routine` while `extend` renews
- * the lock `threshold` ms before it ends, then releases it; a failed
- * release goes to `report` (the routine's result matters more).
- */
-export async function holdWhile<T>(
-  lock: Lock,
-  threshold: number,
-  extend: Extender,
-  signal: AbortSignal | undefined,
-  routine: UsingRoutine<T>,
-  release: (lock: Lock) => Promise<unknown>,
-  report: (error: unknown) => void,
-): Promise<T> {
-  const extension = new AutoExtension(lock, threshold, extend, signal);
-  try {
-    return await routine(extension.signal, extension.context);
-  } finally {
-    const last = await extension.stop();
-    try {
-      await release(last);
-    } catch (error) {
-      report(error);
-    }
-  }
 }
 
 /** A failed attempt: its stats and what the servers said. */

@@ -35,12 +35,10 @@ import {
   CONTEXTS,
   type HandleContext,
   type HandleRequest,
-  holdWhile,
   oneAttempt,
   type Refusal,
-  usingArguments,
 } from "./_contend.ts";
-import { extensionThreshold } from "./_auto_extend.ts";
+import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { extend } from "./_extend.ts";
 import {
   checkCallOptions,

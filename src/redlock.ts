@@ -44,7 +44,7 @@ import {
   type AcquireRequest,
   wasHandedOver,
 } from "./_acquisition.ts";
-import { AutoExtension, extensionThreshold } from "./_auto_extend.ts";
+import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { extend, type ExtendRequest } from "./_extend.ts";
 import { HOOKS } from "./_hooks.ts";
 import { inspect } from "./_inspect.ts";
@@ -407,18 +407,16 @@ export class Redlock extends EventTarget implements LockOwner {
     optionsOrRoutine: UsingOptions | UsingRoutine<T>,
     maybeRoutine?: UsingRoutine<T>,
   ): Promise<T> {
-    const [options, routine] = typeof optionsOrRoutine === "function"
-      ? [undefined, optionsOrRoutine]
-      : [optionsOrRoutine, maybeRoutine];
-    if (typeof routine !== "function") {
-      throw new TypeError(`routine must be a function, got ${describeValue(routine)}`);
-    }
+    const [options, routine] = usingArguments<UsingOptions, UsingRoutine<T>>(
+      optionsOrRoutine,
+      maybeRoutine,
+    );
     const [request, timeout] = this.#checkAcquire(resources, duration, options, KNOWN.using);
     const { settings } = request;
     const threshold = extensionThreshold(settings, duration);
     const lock = await this.#acquire(request, timeout);
     const extendSettings = { ...settings, retryCount: -1 };
-    const extension = new AutoExtension(
+    return holdWhile(
       lock,
       threshold,
       (current, signal) =>
@@ -430,17 +428,10 @@ export class Redlock extends EventTarget implements LockOwner {
           signal,
         }),
       options?.signal,
+      routine,
+      (last) => this.#release(last, settings),
+      (error) => this.reportError(error),
     );
-    try {
-      return await routine(extension.signal, extension.context);
-    } finally {
-      const last = await extension.stop();
-      try {
-        await this.#release(last, settings);
-      } catch (error) {
-        this.reportError(error);
-      }
-    }
   }
 
   /**
@@ -723,7 +714,7 @@ export class Redlock extends EventTarget implements LockOwner {
     const settings = checkSettings(opts, this.#settings, "options");
     const fencing = opts.fencing === true;
     this.#servers.checkSlots(fencing ? [...keys, ...keys.map(fenceKey)] : keys);
-    const value = `${this.#id}:${(++this.#acquires).toString(36)}:${fencing ? 0 : duration}`;
+    const value = this.#nextValue(fencing ? 0 : duration as number);
     const request = {
       keys,
       duration: duration as number,
@@ -911,7 +902,15 @@ export class Redlock extends EventTarget implements LockOwner {
       waiters: this.#waiters,
       settings: this.#settings,
       redlock: this,
-      nextValue: (lease) => `${this.#id}:${(++this.#acquires).toString(36)}:${lease}`,
+      nextValue: (lease) => this.#nextValue(lease),
     });
+  }
+
+  /**
+   * A new lock value: the Redlock's id (naming its wake channel), a count,
+   * and the lease a release hands the key over for (0: reserve it only).
+   */
+  #nextValue(lease: number): string {
+    return `${this.#id}:${(++this.#acquires).toString(36)}:${lease}`;
   }
 }

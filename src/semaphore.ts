@@ -27,13 +27,11 @@ import {
   type Contender,
   type HandleContext,
   type HandleRequest,
-  holdWhile,
   oneAttempt,
   type Refusal,
-  usingArguments,
 } from "./_contend.ts";
 import { contextOf } from "./read_write.ts";
-import { extensionThreshold } from "./_auto_extend.ts";
+import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { checkKeys, KNOWN } from "./_options.ts";
 import { within } from "./_delay.ts";
 import { now, validUntil } from "./_time.ts";
