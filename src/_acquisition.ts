@@ -14,6 +14,7 @@ import {
   RELEASE_MODE,
   releaseCall,
   type ReleaseMode,
+  type ReleaseTerms,
   type Seat,
 } from "./scripts.ts";
 import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from "./_servers.ts";
@@ -251,7 +252,7 @@ class Acquisition {
    * on one connection run in order, so the release lands after the acquire.
    */
   #undo(taken: readonly Member[]): void {
-    const mode = this.#seat.kind === "queued" ? RELEASE_MODE.keepPlace : RELEASE_MODE.release;
+    const mode = this.#seat.kind === "queued" ? RELEASE_MODE.giveWay : RELEASE_MODE.release;
     const sent = this.#servers.quietly(this.#releaser(mode), taken);
     taken.forEach((m, i) => this.#releasedTo.set(m.index, sent[i]!));
   }
@@ -417,7 +418,7 @@ class Acquisition {
       return;
     }
     if (vote instanceof Conflict || round < this.#rounds || this.#servers.won(tally)) return;
-    const [sent] = this.#servers.quietly(this.#releaser(RELEASE_MODE.keepPlace), [member]);
+    const [sent] = this.#servers.quietly(this.#releaser(RELEASE_MODE.giveWay), [member]);
     this.#releasedTo.set(member.index, sent!);
   }
 
@@ -440,7 +441,8 @@ class Acquisition {
   }
 
   #releaser(mode: ReleaseMode): Send {
-    return releaser(this.#servers, this.#request, mode);
+    const ticket = this.#seat.kind === "queued" ? this.#seat.ticket : undefined;
+    return releaser(this.#servers, this.#request, { mode, ticket });
   }
 }
 
@@ -454,14 +456,21 @@ function terms(request: AcquireRequest, seat: Seat) {
   };
 }
 
-function releaser(servers: Servers, request: AcquireRequest, mode: ReleaseMode): Send {
-  const reservation = String(request.settings.requestTimeout);
-  return servers.sender(RELEASE, releaseCall(request.keys, request.value, reservation, mode));
+function releaser(
+  servers: Servers,
+  request: AcquireRequest,
+  terms: Omit<ReleaseTerms, "reservation">,
+): Send {
+  const reservation = request.settings.requestTimeout;
+  return servers.sender(
+    RELEASE,
+    releaseCall(request.keys, request.value, { ...terms, reservation }),
+  );
 }
 
 /** Aborted mid-round: whatever lands on a server is released behind it. */
 function abandon(servers: Servers, request: AcquireRequest): void {
-  servers.quietly(releaser(servers, request, RELEASE_MODE.release), servers.members);
+  servers.quietly(releaser(servers, request, { mode: RELEASE_MODE.release }), servers.members);
 }
 
 function newLock(

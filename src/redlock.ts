@@ -783,7 +783,7 @@ export class Redlock extends EventTarget implements LockOwner {
   /** One round of RELEASE: settles on a quorum. */
   #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
     const keys = lock.resources;
-    const call = releaseCall(keys, lock.value, String(settings.requestTimeout));
+    const call = releaseCall(keys, lock.value, { reservation: settings.requestTimeout });
     const send = this.#servers.sender(RELEASE, call);
     return this.#servers.release(send, settings.requestTimeout, now()).then((ballot) => {
       if (!ballot.ok) {

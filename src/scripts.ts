@@ -209,8 +209,13 @@ export function extendCall(
 export const RELEASE_MODE = Object.freeze({
   /** Frees the keys the value holds or has reserved, and leaves their queues. */
   release: "release",
-  /** Frees the keys the value holds, but keeps its place in the queues (and reservations). */
-  keepPlace: "keep-place",
+  /**
+   * For a queued acquire that failed: gives the keys the value holds to the
+   * waiter ahead of it (by ticket) and keeps its place in the queues (and
+   * reservations); a key stays with the value when nobody queued is ahead,
+   * so that waiters handed different servers do not swap them forever.
+   */
+  giveWay: "give-way",
   /** Only leaves the queues: keys the value holds stay. */
   leaveQueues: "leave-queues",
 });
@@ -220,7 +225,8 @@ export type ReleaseMode = typeof RELEASE_MODE[keyof typeof RELEASE_MODE];
 
 /**
  * Frees every key that holds the value or is reserved for it (as the mode
- * says). A key freed while its wait queue has somebody goes to the first:
+ * says). A key freed while its wait queue has somebody goes to the first
+ * (in give-way mode the value is back in the queue at its ticket first):
  * handed to it (set to its value for the lease its value ends with, see
  * `Redlock`) or, when that lease is 0, reserved for it (set to `"?"` and its
  * value for the given ms, so that only it can take the key); its value is
@@ -233,6 +239,7 @@ export const RELEASE: LuaScript = script(
   "release",
   `local n = #KEYS / 2
 local value, mode = ARGV[1], ARGV[3] or "${RELEASE_MODE.release}"
+local giveWay = mode == "${RELEASE_MODE.giveWay}"
 local queued = redis.call("EXISTS", unpack(KEYS, n + 1, 2 * n)) > 0
 local count = 0
 for i = 1, n do
@@ -240,10 +247,13 @@ for i = 1, n do
   local holder = redis.call("GET", key)
   local held = holder == value and mode ~= "${RELEASE_MODE.leaveQueues}"
   if held then count = count + 1 end
-  if held or (holder == "?" .. value and mode ~= "${RELEASE_MODE.keepPlace}") then
+  if held or (holder == "?" .. value and not giveWay) then
+    if queued and giveWay then redis.call("ZADD", queue, "NX", ARGV[4], value) end
     local head = queued and redis.call("ZPOPMIN", queue)[1]
-    if head == value then head = redis.call("ZPOPMIN", queue)[1] end
-    if head == "${WATCHER}" then
+    if head == value and not giveWay then head = redis.call("ZPOPMIN", queue)[1] end
+    if head == value then
+      -- first in line: the key stays with the value
+    elseif head == "${WATCHER}" then
       redis.call("DEL", key)
       redis.call("PUBLISH", "redlock:release:" .. key, "")
     elseif head then
@@ -257,27 +267,43 @@ for i = 1, n do
     else
       redis.call("DEL", key)
     end
-  elseif queued and mode ~= "${RELEASE_MODE.keepPlace}" then
+  elseif queued and not giveWay then
     redis.call("ZREM", queue, value)
   end
 end
 return count`,
 );
 
+/** What a release asks of RELEASE besides its resources and value. */
+export interface ReleaseTerms {
+  /** ms a key reserved for the next waiter stays reserved. */
+  readonly reservation: number;
+  /** What to do with the keys and queues. @default {RELEASE_MODE.release} */
+  readonly mode?: ReleaseMode;
+  /** The value's ticket in the queues, which give-way mode puts it back at. */
+  readonly ticket?: string | undefined;
+}
+
 /**
  * KEYS: the n resources, then their n wait queues. ARGV: value, ms a
- * reservation lasts, and the mode (none for {@linkcode RELEASE_MODE}.release).
+ * reservation lasts, the mode (none for {@linkcode RELEASE_MODE}.release),
+ * and the ticket (give-way mode only).
  */
 export function releaseCall(
   resources: readonly string[],
   value: string,
-  reservation: string,
-  mode: ReleaseMode = RELEASE_MODE.release,
+  terms: ReleaseTerms,
 ): ScriptCall {
+  const { mode = RELEASE_MODE.release, ticket } = terms;
   const keys = resources.length === 1
     ? [resources[0]!, queueKey(resources[0]!)]
     : [...resources, ...resources.map(queueKey)];
-  const args = mode === RELEASE_MODE.release ? [value, reservation] : [value, reservation, mode];
+  const args = [value, String(terms.reservation)];
+  if (mode !== RELEASE_MODE.release) args.push(mode);
+  if (mode === RELEASE_MODE.giveWay) {
+    if (ticket === undefined) throw new TypeError("give-way mode needs the value's ticket");
+    args.push(ticket);
+  }
   return { keys, args };
 }
 

@@ -416,7 +416,10 @@ class PermitAcquire implements Contender {
     const { name, permits } = this.#semaphore;
     const slots = [];
     for (let i = 0; i < permits; i++) if (i !== keep) slots.push(slotKey(name, i));
-    return this.#servers.sender(RELEASE, releaseCall(slots, this.#request.value, "0"));
+    return this.#servers.sender(
+      RELEASE,
+      releaseCall(slots, this.#request.value, { reservation: 0 }),
+    );
   }
 }
 

@@ -207,6 +207,39 @@ for (const kind of KINDS) {
     },
   );
 
+  Deno.test(
+    `[${kind}] two waiters handed one live server each (of three, one down) get the lock in turn`,
+    async () => {
+      await using env = await setup(kind, 3);
+      const options = { requestTimeout: 200, retryCount: -1 };
+      await using holder = new Redlock(env.clients, { ...options, wait: "poll" });
+      await using first = new Redlock(env.clients, options);
+      await using second = new Redlock(env.clients, options);
+      const [a, b, c] = env.servers.servers;
+      await c!.kill();
+      const held = await holder.acquire("split", 10_000);
+      const order: string[] = [];
+      const take = async (name: string, redlock: Redlock) => {
+        const lock = await redlock.acquire("split", 3_000, { timeout: 5_000 });
+        order.push(name);
+        await sleep(30);
+        await lock.release();
+      };
+      const firstTakes = take("first", first);
+      await sleep(100);
+      const secondTakes = take("second", second);
+      await sleep(300);
+      // the queues disagree: server b lost the first waiter's place, so the
+      // release hands a to the first waiter and b to the second
+      assert.equal(await integer(a!, "ZCARD", queueKey("split")), 2);
+      await b!.command("ZPOPMIN", queueKey("split"));
+      await held.release();
+      await Promise.all([firstTakes, secondTakes]);
+      // the earlier ticket goes first: the second waiter gave b way
+      assert.deepEqual(order, ["first", "second"]);
+    },
+  );
+
   Deno.test(`[${kind}] a queued fencing acquire gets the next token when woken`, async () => {
     await using env = await setup(kind, 3);
     await using holder = new Redlock(env.clients);
