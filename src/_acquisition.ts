@@ -167,7 +167,7 @@ class Acquisition {
         const taken = this.#partial(ballot);
         const { retryCount } = this.#request.settings;
         if (retryCount !== -1 && n > retryCount) return await this.#giveUp(ballot, taken);
-        this.#undo(taken);
+        this.#undo(taken, ballot);
         const handed = await this.#wait(n, start, ballot);
         if (handed !== undefined) return handed;
       }
@@ -251,10 +251,25 @@ class Acquisition {
    * Releases a partial (or too slow) lock where it may have landed; requests
    * on one connection run in order, so the release lands after the acquire.
    */
-  #undo(taken: readonly Member[]): void {
-    const mode = this.#seat.kind === "queued" ? RELEASE_MODE.giveWay : RELEASE_MODE.release;
+  #undo(taken: readonly Member[], ballot: Ballot): void {
+    const { votesFor, votesAgainst } = ballot.stats;
+    const mode = this.#seat.kind === "queued"
+      ? this.#stayMode(votesFor.length, votesAgainst.conflicts)
+      : RELEASE_MODE.release;
     const sent = this.#servers.quietly(this.#releaser(mode), taken);
     taken.forEach((m, i) => this.#releasedTo.set(m.index, sent[i]!));
+  }
+
+  /**
+   * How a queued acquire lets go of what a failed attempt took: it gives
+   * way (keeping a key nobody queued is ahead for) when the servers that
+   * took it and those held by another make a quorum, as they do when
+   * waiters were handed different servers; else server errors stood in the
+   * way, and keeping keys it cannot make a quorum of would stall the next
+   * in line, so it frees them.
+   */
+  #stayMode(took: number, conflicts: number): ReleaseMode {
+    return took + conflicts >= this.#servers.quorum ? RELEASE_MODE.giveWay : RELEASE_MODE.keepPlace;
   }
 
   /** Retries ran out: rejects once the release has answered (or timed out). */
@@ -418,7 +433,17 @@ class Acquisition {
       return;
     }
     if (vote instanceof Conflict || round < this.#rounds || this.#servers.won(tally)) return;
-    const [sent] = this.#servers.quietly(this.#releaser(RELEASE_MODE.giveWay), [member]);
+    // After the acquire ended (aborted, gave up), what lands late is just released.
+    let mode: ReleaseMode = RELEASE_MODE.release;
+    if (this.#queued) {
+      let took = 1;
+      let conflicts = 0;
+      for (const answer of tally.answers.values()) {
+        answer instanceof Conflict ? conflicts++ : took++;
+      }
+      mode = this.#stayMode(took, conflicts);
+    }
+    const [sent] = this.#servers.quietly(this.#releaser(mode), [member]);
     this.#releasedTo.set(member.index, sent!);
   }
 

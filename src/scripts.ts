@@ -210,12 +210,19 @@ export const RELEASE_MODE = Object.freeze({
   /** Frees the keys the value holds or has reserved, and leaves their queues. */
   release: "release",
   /**
-   * For a queued acquire that failed: gives the keys the value holds to the
-   * waiter ahead of it (by ticket) and keeps its place in the queues (and
-   * reservations); a key stays with the value when nobody queued is ahead,
-   * so that waiters handed different servers do not swap them forever.
+   * For a queued acquire whose attempt failed against another holder: a
+   * key the value holds goes to a waiter queued ahead of it (by ticket), or
+   * stays with the value when somebody queued is behind and nobody ahead
+   * (so that waiters handed different servers do not swap them forever);
+   * with nobody queued it is freed. Stays queued, keeps reservations.
    */
   giveWay: "give-way",
+  /**
+   * For a queued acquire whose attempt could not reach a quorum (server
+   * errors): frees the keys the value holds for the next in line, and stays
+   * queued, keeping reservations.
+   */
+  keepPlace: "keep-place",
   /** Only leaves the queues: keys the value holds stay. */
   leaveQueues: "leave-queues",
 });
@@ -226,7 +233,8 @@ export type ReleaseMode = typeof RELEASE_MODE[keyof typeof RELEASE_MODE];
 /**
  * Frees every key that holds the value or is reserved for it (as the mode
  * says). A key freed while its wait queue has somebody goes to the first
- * (in give-way mode the value is back in the queue at its ticket first):
+ * (in give-way mode the value is back in that queue at its ticket first,
+ * and keeps the key when it is the first):
  * handed to it (set to its value for the lease its value ends with, see
  * `Redlock`) or, when that lease is 0, reserved for it (set to `"?"` and its
  * value for the given ms, so that only it can take the key); its value is
@@ -240,6 +248,7 @@ export const RELEASE: LuaScript = script(
   `local n = #KEYS / 2
 local value, mode = ARGV[1], ARGV[3] or "${RELEASE_MODE.release}"
 local giveWay = mode == "${RELEASE_MODE.giveWay}"
+local stays = giveWay or mode == "${RELEASE_MODE.keepPlace}"
 local queued = redis.call("EXISTS", unpack(KEYS, n + 1, 2 * n)) > 0
 local count = 0
 for i = 1, n do
@@ -247,7 +256,7 @@ for i = 1, n do
   local holder = redis.call("GET", key)
   local held = holder == value and mode ~= "${RELEASE_MODE.leaveQueues}"
   if held then count = count + 1 end
-  if held or (holder == "?" .. value and not giveWay) then
+  if held or (holder == "?" .. value and not stays) then
     if queued and giveWay then redis.call("ZADD", queue, "NX", ARGV[4], value) end
     local head = queued and redis.call("ZPOPMIN", queue)[1]
     if head == value and not giveWay then head = redis.call("ZPOPMIN", queue)[1] end
@@ -267,7 +276,7 @@ for i = 1, n do
     else
       redis.call("DEL", key)
     end
-  elseif queued and not giveWay then
+  elseif queued and not stays then
     redis.call("ZREM", queue, value)
   end
 end

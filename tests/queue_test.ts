@@ -1,7 +1,17 @@
 import assert from "node:assert/strict";
 import { duplicateSubscriber, type Lock, Redlock } from "../mod.ts";
 import { queueKey } from "../src/scripts.ts";
-import { commandCalls, get, integer, onEveryServer, scriptCalls, setup, sleep } from "./_redis.ts";
+import { FaultProxy } from "../scripts/fault_proxy.ts";
+import {
+  commandCalls,
+  connect,
+  get,
+  integer,
+  onEveryServer,
+  scriptCalls,
+  setup,
+  sleep,
+} from "./_redis.ts";
 
 const KINDS = ["ioredis", "node-redis"] as const;
 
@@ -228,15 +238,58 @@ for (const kind of KINDS) {
       const firstTakes = take("first", first);
       await sleep(100);
       const secondTakes = take("second", second);
-      await sleep(300);
+      // (each join may wait requestTimeout for the dead server's subscription)
+      for (let i = 0; i < 100 && await integer(a!, "ZCARD", queueKey("split")) < 2; i++) {
+        await sleep(20);
+      }
       // the queues disagree: server b lost the first waiter's place, so the
       // release hands a to the first waiter and b to the second
       assert.equal(await integer(a!, "ZCARD", queueKey("split")), 2);
+      assert.equal(await integer(b!, "ZCARD", queueKey("split")), 2);
       await b!.command("ZPOPMIN", queueKey("split"));
       await held.release();
       await Promise.all([firstTakes, secondTakes]);
       // the earlier ticket goes first: the second waiter gave b way
       assert.deepEqual(order, ["first", "second"]);
+    },
+  );
+
+  Deno.test(
+    `[${kind}] a queued waiter cut off from a majority does not keep its key from the next in line`,
+    async () => {
+      await using env = await setup(kind, 3);
+      const [a, b, c] = env.servers.servers;
+      // the first waiter reaches server b through a proxy that is cut below
+      await using proxy = await FaultProxy.start(b!.port);
+      await using viaProxy = await connect(kind, proxy.port);
+      const firstClients = [env.clients[0]!, viaProxy.client, env.clients[2]!];
+      const options = { requestTimeout: 200, retryCount: -1 };
+      await using holder = new Redlock(env.clients, { ...options, wait: "poll" });
+      await using first = new Redlock(firstClients, options);
+      await using second = new Redlock(env.clients, options);
+      for (const redlock of [holder, first, second]) redlock.on("error", () => {});
+      await c!.kill();
+      const held = await holder.acquire("cut", 10_000);
+      proxy.partition();
+      // queued on a only (b is cut off, c is down): a release hands it a, and b to the second
+      const firstTakes = first.acquire("cut", 3_000, { timeout: 6_000 });
+      for (let i = 0; i < 100 && await integer(a!, "ZCARD", queueKey("cut")) < 1; i++) {
+        await sleep(20);
+      }
+      const secondTakes = second.acquire("cut", 3_000, { timeout: 6_000 });
+      for (let i = 0; i < 100 && await integer(a!, "ZCARD", queueKey("cut")) < 2; i++) {
+        await sleep(20);
+      }
+      assert.equal(await integer(b!, "ZCARD", queueKey("cut")), 1);
+      const releasedAt = performance.now();
+      await held.release();
+      // the first cannot make a quorum: it frees a for the second instead of keeping it
+      const lock = await secondTakes;
+      const waited = performance.now() - releasedAt;
+      assert.ok(waited < 2_000, `the second waited ${waited} ms after the release`);
+      proxy.heal();
+      await lock.release();
+      await (await firstTakes).release();
     },
   );
 
