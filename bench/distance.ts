@@ -11,7 +11,14 @@
  *   trip as a client sees it, the unit of every "÷ RTT" column;
  * - W1 (one loop of acquire + release, fresh keys) and W4 (five resources
  *   per lock) for @x/redlock (ioredis), node-redlock and the floor, in
- *   interleaved slices; shown as ops/s, ms per op ÷ RTT, and ÷ the floor;
+ *   interleaved slices, each measured for at least {@linkcode THROUGHPUT_RTTS}
+ *   round trips (a lock takes two: at 1 ms one way that is 4 s, not 1 s, as
+ *   its ratio to the floor is read to 1 %); shown as ops/s, ms per op ÷ RTT,
+ *   and ÷ the floor;
+ * - W1 on the wire (bench/_wire.ts): @x/redlock and the floor taking turns
+ *   lock by lock with every request and reply time-stamped: requests per
+ *   lock, and per step the process's time before the first request and after
+ *   the quorum's reply, and the network's in between;
  * - the contended cell (W3: 16 workers, one key, 1 ms hold, 10 ms retry
  *   delay) for @x/redlock notify and poll, node-redlock, the floor;
  * - the handoff cell (16 workers, one key, hold 0, 5 s lease): @x/redlock
@@ -36,6 +43,7 @@ import { intArg, parseArgs } from "./_args.ts";
 import { table } from "./_report.ts";
 import { median } from "./_stats.ts";
 import { contention, handoff, interleaved, type Outcome, type Plan } from "./_workloads.ts";
+import { wireTrace } from "./_wire.ts";
 
 const args = parseArgs(Deno.args, {
   flags: ["quick"],
@@ -58,6 +66,10 @@ const plan: Plan = {
   memoryCycles: 0,
 };
 const handoffMs = quick ? 1_000 : 2_000;
+/** Round trips W1 and W4 measure each implementation for, at least (`plan.measureMs` at least). */
+const THROUGHPUT_RTTS = quick ? 0 : 1_500;
+/** Locks per implementation in the wire cell. */
+const WIRE_LOCKS = quick ? 60 : 200;
 
 const byId = (id: string): Impl => IMPLS.find((i) => i.id === id)!;
 const X = byId("x-ioredis");
@@ -80,7 +92,7 @@ interface Sample extends Outcome {
   readonly cell: CellName;
   readonly impl: string;
 }
-type CellName = "rtt" | "W1" | "W4" | "W3" | "handoff";
+type CellName = "rtt" | "W1" | "W4" | "W3" | "handoff" | "wire";
 
 const samples: Sample[] = [];
 
@@ -123,18 +135,26 @@ async function roundTrip(port: number, count = 300): Promise<number> {
 }
 
 async function repetition(delay: number, rep: number, ports: readonly number[]): Promise<void> {
-  keep(delay, rep, "rtt", "ioredis PING", {
-    metrics: { rttMs: await roundTrip(ports[0]!) },
-    errors: 0,
-    violations: 0,
-  });
+  const rttMs = await roundTrip(ports[0]!);
+  keep(delay, rep, "rtt", "ioredis PING", { metrics: { rttMs }, errors: 0, violations: 0 });
   const throughput = [X, NODE_REDLOCK, FLOOR];
+  const measureMs = Math.max(plan.measureMs, Math.round(THROUGHPUT_RTTS * rttMs));
   for (const [cell, width] of [["W1", 1], ["W4", 5]] as const) {
     const order = throughput.map((_, i) => throughput[(i + rep) % throughput.length]!);
-    const outcomes = await interleaved(order, ports, plan, { loops: 1, width }, rep)
+    const outcomes = await interleaved(
+      order,
+      ports,
+      { ...plan, measureMs },
+      { loops: 1, width },
+      rep,
+    )
       .catch((error) => order.map(() => failed(error)));
     order.forEach((impl, i) => keep(delay, rep, cell, impl.id, outcomes[i]!));
   }
+  const traced = rep % 2 === 0 ? [X, FLOOR] : [FLOOR, X];
+  const wire = await wireTrace(traced, ports, WIRE_LOCKS)
+    .catch((error) => traced.map(() => failed(error)));
+  traced.forEach((impl, i) => keep(delay, rep, "wire", impl.id, wire[i]!));
   const contended: [Impl, "poll" | "notify" | undefined][] = [
     [NOTIFY, "notify"],
     [POLL, "poll"],
@@ -170,8 +190,9 @@ console.log(`# @x/redlock at a distance${quick ? " (quick)" : ""}\n`);
 console.log(`Machine: ${machineLine(machine)}`);
 console.log(
   `Plan: 3 servers, each behind a proxy (child process) adding ${delays.join(", ")} ms ` +
-    `one way; ${reps} repetition(s); W1/W4 ${plan.measureMs} ms in 50 ms slices, W3 ` +
-    `${plan.contentionMs} ms, handoff ${handoffMs} ms per implementation\n`,
+    `one way; ${reps} repetition(s); W1/W4 ${plan.measureMs} ms or ${THROUGHPUT_RTTS} RTT, ` +
+    `whichever is longer, in 50 ms slices, W3 ${plan.contentionMs} ms, handoff ${handoffMs} ` +
+    `ms per implementation; W1 on the wire ${WIRE_LOCKS} locks each\n`,
 );
 const started = new Date();
 {
@@ -233,6 +254,58 @@ for (
   sections.push(
     `## ${title} · 3 servers\n\n` +
       table(["delay", "implementation", "ops/s", "ms per op ÷ RTT", "÷ floor"], rows),
+  );
+}
+{
+  const rows: string[][] = [];
+  const us = (n: number | null) => f(n, 0);
+  for (const d of delays) {
+    const floorMean = med(d, "wire", FLOOR.id, "lockMsMean");
+    for (const id of [X.id, FLOOR.id]) {
+      const m = (metric: string) => med(d, "wire", id, metric);
+      const requests = of(d, "wire", id).find((s) => !s.errors)?.metrics ?? {};
+      const wireRtt = (step: string) => {
+        const ms = m(`${step}WireMs`);
+        return ms === null ? "–" : f(ms / rtt(d));
+      };
+      const mean = m("lockMsMean");
+      rows.push([
+        `${d} ms`,
+        label(id),
+        failure(d, "wire", id) ? "FAILED" : Object.entries(requests)
+          .filter(([k]) => k.startsWith("requests."))
+          .map(([k, v]) => `${f(v, 1)} ${k.slice("requests.".length).toUpperCase()}`).join(" + "),
+        us(m("acquireToFirstUs")),
+        wireRtt("acquire"),
+        us(m("acquireToResultUs")),
+        us(m("releaseToFirstUs")),
+        wireRtt("release"),
+        us(m("releaseToResultUs")),
+        `${f(m("lockMsP50"))} / ${f(mean)}`,
+        mean && floorMean ? f(floorMean / mean, 3) : "–",
+      ]);
+    }
+  }
+  sections.push(
+    "## W1 on the wire · taking turns lock by lock · 3 servers\n\n" +
+      "Per step: µs from the call to the first request, the first request to the reply that " +
+      "made the quorum (÷ RTT), and that reply to the caller holding the result; medians.\n\n" +
+      table(
+        [
+          "delay",
+          "implementation",
+          "requests per lock",
+          "acquire: before µs",
+          "to quorum ÷ RTT",
+          "after µs",
+          "release: before µs",
+          "to quorum ÷ RTT",
+          "after µs",
+          "ms per lock p50 / mean",
+          "floor ÷ it (mean)",
+        ],
+        rows,
+      ),
   );
 }
 {
