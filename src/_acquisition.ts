@@ -299,10 +299,7 @@ class Acquisition {
       if (this.#queueable) {
         if (this.#listening === undefined && await this.#join()) return undefined;
         if (this.#seat.kind === "queued") {
-          // Woken by the releases that handed the key to this acquire (or
-          // reserved it); a waiter ahead that went away holds it up at most
-          // about a request timeout, hence that bound too.
-          await this.#sleep(start, Math.min(fallback, settings.requestTimeout + 1));
+          await this.#sleep(start, Math.min(fallback, this.#recheck(ballot)));
           return this.#handoff();
         }
       } else {
@@ -316,6 +313,23 @@ class Acquisition {
     await delay(sleep, signal);
     this.#allowance -= sleep;
     return undefined;
+  }
+
+  /**
+   * ms a queued acquire sleeps, when no release wakes it, before it asks
+   * again: a key handed to (or reserved for) a waiter ahead that went away
+   * expires unannounced, and a wake message may be lost. It asks after a
+   * request timeout, then after as long as it has queued (so a long queue
+   * does not flood the servers, and such a stall costs at most about the
+   * wait so far); with a key that never expires, whose queue outlives it by
+   * only a few request timeouts, always after one.
+   */
+  #recheck(ballot: Ballot): number {
+    const { requestTimeout } = this.#request.settings;
+    const queuedFor = now() - (this.#queuedAt ?? Infinity);
+    return Number.isFinite(ballot.heldFor)
+      ? Math.max(requestTimeout, queuedFor) + 1
+      : requestTimeout + 1;
   }
 
   /** Sleeps until a release after `since` wakes it, at most `ms`; draws on the allowance. */

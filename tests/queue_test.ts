@@ -144,7 +144,7 @@ for (const kind of KINDS) {
       await using env = await setup(kind, 3);
       await using holder = new Redlock(env.clients, { wait: "poll" });
       await using other = new Redlock(env.clients, { wait: "poll" });
-      // a queued acquire asks the servers again at least every requestTimeout
+      // unwoken, a queued acquire asks the servers again after requestTimeout (then backs off)
       await using waiter = new Redlock(env.clients, { requestTimeout: 1_000, retryCount: -1 });
       const held = await holder.acquire("lapse", 10_000);
       const waiting = waiter.acquire("lapse", 5_000, { timeout: 8_000 });
@@ -203,6 +203,24 @@ for (const kind of KINDS) {
       const lock = await waiting;
       const waited = performance.now() - releasedAt;
       assert.ok(waited >= 250 && waited < 2_000, `${waited} ms after the release`);
+      await lock.release();
+    },
+  );
+
+  Deno.test(
+    `[${kind}] a queued waiter nobody wakes asks again after requestTimeout, then after as long as it has queued`,
+    async () => {
+      await using env = await setup(kind, 3);
+      await using holder = new Redlock(env.clients, { wait: "poll" });
+      await using waiter = new Redlock(env.clients, { requestTimeout: 100, retryCount: -1 });
+      const held = await holder.acquire("patient", 10_000);
+      const waiting = waiter.acquire("patient", 5_000, { timeout: 5_000 });
+      await sleep(1_700);
+      const lock = await handedOver(held, waiting, 400);
+      // the first attempt, the one that queued, and one about 0.1, 0.2, 0.4, 0.8 and 1.6 s after
+      // it queued (every requestTimeout it would be 18), then the handoff (or, woken, an attempt)
+      const asked = lock.attempts.length - 1;
+      assert.ok(asked >= 4 && asked <= 9, `${asked} attempts in 1.7 s`);
       await lock.release();
     },
   );
