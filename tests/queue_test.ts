@@ -208,7 +208,7 @@ for (const kind of KINDS) {
   );
 
   Deno.test(
-    `[${kind}] a queued waiter nobody wakes asks again after requestTimeout, then after as long as it has queued`,
+    `[${kind}] a queued waiter nobody wakes asks again after requestTimeout, then after about as long as it has queued`,
     async () => {
       await using env = await setup(kind, 3);
       await using holder = new Redlock(env.clients, { wait: "poll" });
