@@ -21,6 +21,7 @@ import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from 
 import type { Listening, Waiters } from "./_waiters.ts";
 import type { Member, Tally } from "./_quorum.ts";
 import { Conflict, VotesAgainst } from "./_votes.ts";
+import { AttemptLog } from "./_attempts.ts";
 import { fence } from "./_extend.ts";
 import { retryWait, type Settings } from "./_options.ts";
 import { delay, within } from "./_delay.ts";
@@ -107,7 +108,7 @@ class Acquisition {
   readonly #waiters: Waiters;
   readonly #owner: LockOwner;
   readonly #request: AcquireRequest;
-  readonly #attempts: ExecutionStats[] = [];
+  readonly #attempts: AttemptLog;
   /** How many rounds this acquire sent (the lean first attempt's not counted). */
   #rounds = 0;
   /** Where this acquire waits when a resource is held. */
@@ -139,6 +140,7 @@ class Acquisition {
     this.#waiters = context.waiters;
     this.#owner = context.owner;
     this.#request = request;
+    this.#attempts = new AttemptLog(context.servers.members.length, context.servers.quorum);
     this.#allowance = request.settings.retryCount === -1 ? Infinity : 0;
     this.#script = this.#acquireScript();
     const { keys, fencing, value, duration } = request;
@@ -235,7 +237,7 @@ class Acquisition {
 
   #lock(until: number, token: number | undefined): Lock {
     this.#granted = true;
-    return newLock(this.#owner, this.#request, this.#attempts, until, token);
+    return newLock(this.#owner, this.#request, this.#attempts.list(), until, token);
   }
 
   /**
@@ -280,8 +282,8 @@ class Acquisition {
       errors <= servers.members.length - servers.quorum;
     const message = `acquire of ${show(keys)} failed`;
     throw held
-      ? new ResourceLockedError(`${message}: held by another lock`, this.#attempts)
-      : new ExecutionError(message, this.#attempts);
+      ? new ResourceLockedError(`${message}: held by another lock`, this.#attempts.list())
+      : new ExecutionError(message, this.#attempts.list());
   }
 
   /**
@@ -305,8 +307,9 @@ class Acquisition {
       if (this.#queueable) {
         if (this.#listening === undefined && await this.#join()) return undefined;
         if (this.#seat.kind === "queued") {
-          await this.#sleep(start, Math.min(fallback, this.#recheck(ballot)));
-          return this.#handoff();
+          // (Returned, not awaited: a long queue's waits keep no frame of this method.)
+          const sleep = this.#sleep(start, Math.min(fallback, this.#recheck(ballot)));
+          return sleep.then(() => this.#handoff());
         }
       } else {
         if (this.#listening === undefined && await this.#watch()) return undefined;

@@ -38,6 +38,27 @@ export class VotesAgainst implements ReadonlyMap<number, Error> {
     return new VotesAgainst(this.#conflicts.slice(), failures);
   }
 
+  /**
+   * Appends how many servers voted against with a conflict, then each one's
+   * server and TTL, to `out`; false, appending nothing, when a server failed.
+   */
+  pack(out: number[]): boolean {
+    if (this.#failures.size > 0) return false;
+    out.push(this.#conflicts.length);
+    for (const { server, ttl } of this.#conflicts) out.push(server, ttl);
+    return true;
+  }
+
+  /** The votes `pack()` appended at `packed[at]`, and the index after them. */
+  static unpack(packed: readonly number[], at: number): [VotesAgainst, number] {
+    const count = packed[at]!;
+    const conflicts: Conflict[] = [];
+    for (let i = 0; i < count; i++) {
+      conflicts.push(new Conflict(packed[at + 1 + 2 * i]!, packed[at + 2 + 2 * i]!));
+    }
+    return [new VotesAgainst(conflicts, NO_FAILURES), at + 1 + 2 * count];
+  }
+
   /** How many servers voted against with a conflict. */
   get conflicts(): number {
     return this.#conflicts.length;
