@@ -20,7 +20,8 @@ import {
 import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from "./_servers.ts";
 import type { Listening, Waiters } from "./_waiters.ts";
 import type { Member, Tally } from "./_quorum.ts";
-import { Conflict } from "./_votes.ts";
+import { Conflict, VotesAgainst } from "./_votes.ts";
+import { AttemptLog } from "./_attempts.ts";
 import { fence } from "./_extend.ts";
 import { retryWait, type Settings } from "./_options.ts";
 import { delay, within } from "./_delay.ts";
@@ -107,7 +108,7 @@ class Acquisition {
   readonly #waiters: Waiters;
   readonly #owner: LockOwner;
   readonly #request: AcquireRequest;
-  readonly #attempts: ExecutionStats[] = [];
+  readonly #attempts: AttemptLog;
   /** How many rounds this acquire sent (the lean first attempt's not counted). */
   #rounds = 0;
   /** Where this acquire waits when a resource is held. */
@@ -124,7 +125,7 @@ class Acquisition {
    * Servers this acquire sent a release to, and whether it answered: what
    * they hand it later may be gone (see `#join()`).
    */
-  readonly #releasedTo = new Map<number, Promise<boolean>>();
+  #releasedTo: Map<number, Promise<boolean>> | undefined;
   /** When the first attempt in the queue started: no server queued the value before. */
   #queuedAt: number | undefined;
   /**
@@ -139,6 +140,7 @@ class Acquisition {
     this.#waiters = context.waiters;
     this.#owner = context.owner;
     this.#request = request;
+    this.#attempts = new AttemptLog(context.servers.members.length, context.servers.quorum);
     this.#allowance = request.settings.retryCount === -1 ? Infinity : 0;
     this.#script = this.#acquireScript();
     const { keys, fencing, value, duration } = request;
@@ -155,7 +157,12 @@ class Acquisition {
   }
 
   /** Runs attempts after `first` (all of them, queued at once, when there is none). */
-  async run(first: Attempt | undefined): Promise<Lock> {
+  run(first: Attempt | undefined): Promise<Lock> {
+    // A waiting acquire's frames keep its arguments: only the compact form of `first`.
+    return this.#run(first && kept(first));
+  }
+
+  async #run(first: Attempt | undefined): Promise<Lock> {
     try {
       if (first === undefined && this.#queueable) await this.#join();
       for (let n = 1;; n++) {
@@ -201,7 +208,7 @@ class Acquisition {
         start,
         late,
       );
-      return { start, ballot };
+      return kept({ start, ballot });
     } catch (error) {
       abandon(this.#servers, this.#request);
       this.#queued = false;
@@ -230,7 +237,7 @@ class Acquisition {
 
   #lock(until: number, token: number | undefined): Lock {
     this.#granted = true;
-    return newLock(this.#owner, this.#request, this.#attempts, until, token);
+    return newLock(this.#owner, this.#request, this.#attempts.list(), until, token);
   }
 
   /**
@@ -257,7 +264,8 @@ class Acquisition {
       ? this.#stayMode(votesFor.length, votesAgainst.conflicts)
       : RELEASE_MODE.release;
     const sent = this.#servers.quietly(this.#releaser(mode), taken);
-    taken.forEach((m, i) => this.#releasedTo.set(m.index, sent[i]!));
+    if (taken.length > 0) this.#releasedTo ??= new Map();
+    taken.forEach((m, i) => this.#releasedTo!.set(m.index, sent[i]!));
   }
 
   /**
@@ -289,8 +297,8 @@ class Acquisition {
       errors <= servers.members.length - servers.quorum;
     const message = `acquire of ${show(keys)} failed`;
     throw held
-      ? new ResourceLockedError(`${message}: held by another lock`, this.#attempts)
-      : new ExecutionError(message, this.#attempts);
+      ? new ResourceLockedError(`${message}: held by another lock`, this.#attempts.list())
+      : new ExecutionError(message, this.#attempts.list());
   }
 
   /**
@@ -314,11 +322,9 @@ class Acquisition {
       if (this.#queueable) {
         if (this.#listening === undefined && await this.#join()) return undefined;
         if (this.#seat.kind === "queued") {
-          // Woken by the releases that handed the key to this acquire (or
-          // reserved it); a waiter ahead that went away holds it up at most
-          // about a request timeout, hence that bound too.
-          await this.#sleep(start, Math.min(fallback, settings.requestTimeout + 1));
-          return this.#handoff();
+          // (Returned, not awaited: a long queue's waits keep no frame of this method.)
+          const sleep = this.#sleep(start, Math.min(fallback, this.#recheck(ballot)));
+          return sleep.then(() => this.#handoff());
         }
       } else {
         if (this.#listening === undefined && await this.#watch()) return undefined;
@@ -333,11 +339,29 @@ class Acquisition {
     return undefined;
   }
 
+  /**
+   * ms a queued acquire sleeps, when no release wakes it, before it asks
+   * again: a key handed to (or reserved for) a waiter ahead that went away
+   * expires unannounced, and a wake message may be lost. It asks after a
+   * request timeout, then after as long as it has queued, up to half that
+   * again at random (so a long queue does not flood the servers, waiters
+   * that queued together do not ask together, and such a stall costs at
+   * most about the wait so far); with a key that never expires, whose queue
+   * outlives it by only a few request timeouts, always after one.
+   */
+  #recheck(ballot: Ballot): number {
+    const { requestTimeout } = this.#request.settings;
+    if (!Number.isFinite(ballot.heldFor)) return requestTimeout + 1;
+    const queuedFor = now() - (this.#queuedAt ?? Infinity);
+    return Math.max(requestTimeout, queuedFor) * (1 + Math.random() / 2) + 1;
+  }
+
   /** Sleeps until a release after `since` wakes it, at most `ms`; draws on the allowance. */
-  async #sleep(since: number, ms: number): Promise<void> {
+  #sleep(since: number, ms: number): Promise<void> {
     const t = now();
-    await this.#listening!.wait(since, ms, this.#request.signal);
-    this.#allowance -= now() - t;
+    return this.#listening!.wait(since, ms, this.#request.signal).then(() => {
+      this.#allowance -= now() - t;
+    });
   }
 
   /**
@@ -351,14 +375,14 @@ class Acquisition {
     // its place in the queues, so it cannot take back a key a server hands
     // it later: such servers count again. (One that has not answered may
     // still land late, e.g. as an EVAL sent after NOSCRIPT.)
-    const sent = [...this.#releasedTo];
+    const sent = [...this.#releasedTo ?? []];
     const [listening, answered] = await Promise.all([
       this.#waiters.listen(keys, settings.requestTimeout, value),
       Promise.all(sent.map(([, reply]) => within(reply, settings.requestTimeout))),
     ]);
     sent.forEach(([server, reply], i) => {
-      if (answered[i] === true && this.#releasedTo.get(server) === reply) {
-        this.#releasedTo.delete(server);
+      if (answered[i] === true && this.#releasedTo!.get(server) === reply) {
+        this.#releasedTo!.delete(server);
       }
     });
     this.#listening = listening;
@@ -396,7 +420,7 @@ class Acquisition {
     const { duration, settings, fencing } = this.#request;
     if (fencing || this.#queuedAt === undefined) return undefined;
     const servers = this.#servers;
-    const votesFor = this.#listening!.heard().filter((server) => !this.#releasedTo.has(server));
+    const votesFor = this.#listening!.heard().filter((server) => !this.#releasedTo?.has(server));
     if (votesFor.length < servers.quorum) return undefined;
     const until = validUntil(this.#queuedAt, duration, settings.driftFactor);
     const end = now();
@@ -444,7 +468,7 @@ class Acquisition {
       mode = this.#stayMode(took, conflicts);
     }
     const [sent] = this.#servers.quietly(this.#releaser(mode), [member]);
-    this.#releasedTo.set(member.index, sent!);
+    (this.#releasedTo ??= new Map()).set(member.index, sent!);
   }
 
   /** Drops the queue entries on `members`; `keep` keeps keys the value holds. */
@@ -469,6 +493,22 @@ class Acquisition {
     const ticket = this.#seat.kind === "queued" ? this.#seat.ticket : undefined;
     return releaser(this.#servers, this.#request, { mode, ticket });
   }
+}
+
+/**
+ * `attempt` as an acquire keeps it until it ends: its stats compact (see
+ * `VotesAgainst.compact()`), for a queued acquire keeps every attempt's.
+ */
+function kept(attempt: Attempt): Attempt {
+  const { ballot } = attempt;
+  const { votesFor, votesAgainst } = ballot.stats;
+  if (!(votesAgainst instanceof VotesAgainst)) return attempt;
+  const stats = {
+    ...ballot.stats,
+    votesFor: votesFor.slice(),
+    votesAgainst: votesAgainst.compact(),
+  };
+  return { start: attempt.start, ballot: { ...ballot, stats } };
 }
 
 /** ACQUIRE's terms for `request` with `seat`. */

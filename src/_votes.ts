@@ -8,6 +8,8 @@ export class Conflict {
   constructor(readonly server: number, readonly ttl: number) {}
 }
 
+const NO_FAILURES: ReadonlyMap<number, Error> = new Map();
+
 /**
  * The `votesAgainst` of an attempt: conflicts (in the order they arrived),
  * then failures. A conflict becomes its {@linkcode LockConflictError} only
@@ -23,6 +25,38 @@ export class VotesAgainst implements ReadonlyMap<number, Error> {
   constructor(conflicts: readonly Conflict[], failures: ReadonlyMap<number, Error>) {
     this.#conflicts = conflicts;
     this.#failures = failures;
+  }
+
+  /**
+   * The same votes in less memory: the conflicts in an array of their
+   * length, and no failure map of its own when there is none (a round's
+   * tally no longer changes once it settled). For stats kept long, as a
+   * queued acquire keeps every attempt's.
+   */
+  compact(): VotesAgainst {
+    const failures = this.#failures.size === 0 ? NO_FAILURES : this.#failures;
+    return new VotesAgainst(this.#conflicts.slice(), failures);
+  }
+
+  /**
+   * Appends how many servers voted against with a conflict, then each one's
+   * server and TTL, to `out`; false, appending nothing, when a server failed.
+   */
+  pack(out: number[]): boolean {
+    if (this.#failures.size > 0) return false;
+    out.push(this.#conflicts.length);
+    for (const { server, ttl } of this.#conflicts) out.push(server, ttl);
+    return true;
+  }
+
+  /** The votes `pack()` appended at `packed[at]`, and the index after them. */
+  static unpack(packed: readonly number[], at: number): [VotesAgainst, number] {
+    const count = packed[at]!;
+    const conflicts: Conflict[] = [];
+    for (let i = 0; i < count; i++) {
+      conflicts.push(new Conflict(packed[at + 1 + 2 * i]!, packed[at + 2 + 2 * i]!));
+    }
+    return [new VotesAgainst(conflicts, NO_FAILURES), at + 1 + 2 * count];
   }
 
   /** How many servers voted against with a conflict. */

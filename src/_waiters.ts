@@ -11,8 +11,8 @@ import { within } from "./_delay.ts";
 interface Channel {
   /** Acquires that hold an interest in the channel. */
   holders: number;
-  /** Wakers of the acquires waiting now; called on every release message. */
-  readonly wakers: Set<() => void>;
+  /** The acquires waiting now; checked on every release message. */
+  readonly wakers: Set<Nap>;
   /** When the subscription was confirmed by at least one server (monotonic). */
   subscribedAt: number;
   /** How many servers confirmed the subscription. */
@@ -151,22 +151,15 @@ export class Waiters {
       this.#named.set(value, named);
       waitOn = [named];
     }
-    let done = false;
-    return {
-      subscribed: channels.some((c) => c.subscribedAt !== Infinity),
-      heard: () => {
-        const servers: number[] = [];
-        waitOn[0]!.handed.forEach((handed, server) => handed && servers.push(server));
-        return servers;
-      },
-      wait: (since, ms, signal) => this.#wait(waitOn, since, ms, signal),
-      done: () => {
-        if (done) return Promise.resolve();
-        done = true;
-        if (value !== undefined) this.#named.delete(value);
-        return this.#forget(names, channels);
-      },
-    };
+    const subscribed = channels.some((c) => c.subscribedAt !== Infinity);
+    const quorum = Math.floor(this.#members.length / 2) + 1;
+    return new Interest(this, { names, channels, waitOn, value, quorum }, subscribed);
+  }
+
+  /** Ends an interest (see `Listening.done()`). */
+  forget(interest: InterestOf): Promise<void> {
+    if (interest.value !== undefined) this.#named.delete(interest.value);
+    return this.#forget(interest.names, interest.channels);
   }
 
   /**
@@ -215,7 +208,7 @@ export class Waiters {
   #open(timeout: number): Promise<(ReleaseSubscriber | null)[]> {
     const mark = (entry: Channel, server: number) => {
       entry.releasedAt[server] = now();
-      for (const wake of entry.wakers) wake();
+      for (const nap of entry.wakers) nap.check();
     };
     const onMessage = (channel: string, server: number, message: string | undefined) => {
       if (channel !== this.#wake) {
@@ -290,62 +283,6 @@ export class Waiters {
     );
   }
 
-  #wait(
-    channels: Channel[],
-    since: number,
-    ms: number,
-    signal: AbortSignal | undefined,
-  ): Promise<void> {
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    const quorum = Math.floor(this.#members.length / 2) + 1;
-    /** 2: a quorum announced a release (or the subscription is new), 1: a server did, 0: none. */
-    const released = (): number => {
-      let state = 0;
-      for (const channel of channels) {
-        if (channel.subscribedAt > since) return 2;
-        let count = 0;
-        for (const at of channel.releasedAt) if (at > since) count++;
-        if (count >= Math.min(quorum, Math.max(1, channel.confirmed))) return 2;
-        if (count > 0) state = 1;
-      }
-      return state;
-    };
-    const initial = released();
-    if (initial === 2) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const finish = () => {
-        alarm.cancel();
-        signal?.removeEventListener("abort", onAbort);
-        for (const channel of channels) channel.wakers.delete(check);
-      };
-      const wake = () => {
-        finish();
-        resolve();
-      };
-      // One alarm (no timer of its own, see `Alarm`) for the fallback, moved
-      // closer once a server announced a release; a straggler may wake it
-      // up to STRAGGLER_MS late.
-      const alarm = new Alarm(wake);
-      const straggle = (t: number) => {
-        if (alarm.deadline > t + STRAGGLER_MS) alarm.at(t + STRAGGLER_MS, STRAGGLER_MS, t);
-      };
-      const check = () => {
-        const state = released();
-        if (state === 2) wake();
-        else if (state === 1) straggle(now());
-      };
-      const onAbort = () => {
-        finish();
-        reject(signal!.reason);
-      };
-      const t = now();
-      alarm.at(t + ms, 0, t);
-      signal?.addEventListener("abort", onAbort, { once: true });
-      for (const channel of channels) channel.wakers.add(check);
-      if (initial === 1) straggle(t);
-    });
-  }
-
   #forget(names: readonly string[], channels: Channel[]): Promise<void> {
     for (const channel of channels) channel.holders--;
     let waiting = false;
@@ -389,6 +326,140 @@ export class Waiters {
         Promise.all(list.map((s) => s?.unsubscribe(names).catch(() => {})))
       ),
     );
+  }
+}
+
+/** What the release messages since a wait's `since` tell. */
+const RELEASED = Object.freeze({
+  /** No server announced a release. */
+  none: 0,
+  /** Some server did. */
+  some: 1,
+  /** A quorum of the servers that confirmed the subscription did, or it is new. */
+  quorum: 2,
+});
+
+/**
+ * One acquire's sleep until a release after `since` (see `Waiters.listen`):
+ * one object per wait, as thousands of acquires may wait at once.
+ */
+class Nap {
+  readonly #channels: readonly Channel[];
+  readonly #since: number;
+  readonly #quorum: number;
+  /** The fallback, moved closer once a server announced a release (see `Alarm`). */
+  readonly #alarm = new Alarm(() => this.#wake());
+  #signal: AbortSignal | undefined;
+  #resolve: (() => void) | undefined;
+  #reject: ((reason: unknown) => void) | undefined;
+
+  constructor(channels: readonly Channel[], since: number, quorum: number) {
+    this.#channels = channels;
+    this.#since = since;
+    this.#quorum = quorum;
+  }
+
+  released(): number {
+    let state: number = RELEASED.none;
+    for (const channel of this.#channels) {
+      if (channel.subscribedAt > this.#since) return RELEASED.quorum;
+      let count = 0;
+      for (const at of channel.releasedAt) if (at > this.#since) count++;
+      if (count >= Math.min(this.#quorum, Math.max(1, channel.confirmed))) return RELEASED.quorum;
+      if (count > 0) state = RELEASED.some;
+    }
+    return state;
+  }
+
+  /** Resolves on a release (or `ms` later); rejects when `signal` aborts. */
+  sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+    const promise = new Promise<void>((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    const t = now();
+    this.#alarm.at(t + ms, 0, t);
+    this.#signal = signal;
+    signal?.addEventListener("abort", this, { once: true });
+    for (const channel of this.#channels) channel.wakers.add(this);
+    if (this.released() === RELEASED.some) this.#straggle(t);
+    return promise;
+  }
+
+  /** A release message came: wakes at a quorum, else waits a little for the others. */
+  check(): void {
+    const state = this.released();
+    if (state === RELEASED.quorum) this.#wake();
+    else if (state === RELEASED.some) this.#straggle(now());
+  }
+
+  /** The signal aborted. */
+  handleEvent(): void {
+    const reject = this.#reject;
+    this.#finish();
+    reject?.(this.#signal!.reason);
+  }
+
+  /** A straggler may wake it up to STRAGGLER_MS late (the sweeper's slack). */
+  #straggle(t: number): void {
+    if (this.#alarm.deadline > t + STRAGGLER_MS) this.#alarm.at(t + STRAGGLER_MS, STRAGGLER_MS, t);
+  }
+
+  #wake(): void {
+    const resolve = this.#resolve;
+    this.#finish();
+    resolve?.();
+  }
+
+  #finish(): void {
+    this.#alarm.cancel();
+    this.#signal?.removeEventListener("abort", this);
+    for (const channel of this.#channels) channel.wakers.delete(this);
+    this.#resolve = this.#reject = undefined;
+  }
+}
+
+/** What `Waiters.listen()` registered for one acquire. */
+interface InterestOf {
+  readonly names: readonly string[];
+  readonly channels: Channel[];
+  /** The channels it waits on: its own record of wake messages when queued. */
+  readonly waitOn: readonly Channel[];
+  /** The queued acquire's value. */
+  readonly value: string | undefined;
+  readonly quorum: number;
+}
+
+/** A {@linkcode Listening}: one object per acquire, as thousands may wait at once. */
+class Interest implements Listening {
+  readonly subscribed: boolean;
+  readonly #waiters: Waiters;
+  readonly #of: InterestOf;
+  #done = false;
+
+  constructor(waiters: Waiters, of: InterestOf, subscribed: boolean) {
+    this.#waiters = waiters;
+    this.#of = of;
+    this.subscribed = subscribed;
+  }
+
+  heard(): number[] {
+    const servers: number[] = [];
+    this.#of.waitOn[0]!.handed.forEach((handed, server) => handed && servers.push(server));
+    return servers;
+  }
+
+  wait(since: number, ms: number, signal: AbortSignal | undefined): Promise<void> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    const { waitOn, quorum } = this.#of;
+    const nap = new Nap(waitOn, since, quorum);
+    return nap.released() === RELEASED.quorum ? Promise.resolve() : nap.sleep(ms, signal);
+  }
+
+  done(): Promise<void> {
+    if (this.#done) return Promise.resolve();
+    this.#done = true;
+    return this.#waiters.forget(this.#of);
   }
 }
 

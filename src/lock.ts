@@ -106,7 +106,12 @@ export class Lock implements AsyncDisposable {
    * knows it can release and extend the lock: keep it out of logs.
    */
   readonly value: string;
-  /** The stats of every attempt it took, oldest first. */
+  /**
+   * The stats of every attempt it took, oldest first: what the servers
+   * answered until each attempt settled. (An acquire that waits keeps them
+   * in a compact form and makes these objects when it gets the lock, or
+   * the `ExecutionError` when it gives up.)
+   */
   readonly attempts: readonly ExecutionStats[];
   /**
    * When the lock stops being valid, in ms since the epoch (the `Date.now()`

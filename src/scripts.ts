@@ -141,7 +141,7 @@ export function acquireCall(
     : seat.kind === "watcher"
     ? resources.map(queueKey)
     : [queueKey(resources[0]!)];
-  const keys = [...resources, ...counters, ...queues];
+  const keys = resources.concat(counters, queues);
   if (!fencing && seat.kind === "none") return { keys, args: [value, String(duration)] };
   const ticket = seat.kind === "none" ? "" : seat.kind === "watcher" ? WATCHER : seat.ticket;
   return {

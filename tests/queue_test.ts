@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { duplicateSubscriber, type Lock, Redlock } from "../mod.ts";
+import { duplicateSubscriber, type Lock, LockConflictError, Redlock } from "../mod.ts";
 import { queueKey } from "../src/scripts.ts";
 import { FaultProxy } from "../scripts/fault_proxy.ts";
 import {
@@ -154,7 +154,7 @@ for (const kind of KINDS) {
       await using env = await setup(kind, 3);
       await using holder = new Redlock(env.clients, { wait: "poll" });
       await using other = new Redlock(env.clients, { wait: "poll" });
-      // a queued acquire asks the servers again at least every requestTimeout
+      // unwoken, a queued acquire asks the servers again after requestTimeout (then backs off)
       await using waiter = new Redlock(env.clients, { requestTimeout: 1_000, retryCount: -1 });
       const held = await holder.acquire("lapse", 10_000);
       const waiting = waiter.acquire("lapse", 5_000, { timeout: 8_000 });
@@ -213,6 +213,40 @@ for (const kind of KINDS) {
       const lock = await waiting;
       const waited = performance.now() - releasedAt;
       assert.ok(waited >= 250 && waited < 2_000, `${waited} ms after the release`);
+      await lock.release();
+    },
+  );
+
+  Deno.test(
+    `[${kind}] a queued waiter nobody wakes asks again after requestTimeout, then after about as long as it has queued, and its lock tells every attempt`,
+    async () => {
+      await using env = await setup(kind, 3);
+      await using holder = new Redlock(env.clients, { wait: "poll" });
+      await using waiter = new Redlock(env.clients, { requestTimeout: 100, retryCount: -1 });
+      const held = await holder.acquire("patient", 10_000);
+      const waiting = waiter.acquire("patient", 5_000, { timeout: 5_000 });
+      await sleep(1_700);
+      const lock = await handedOver(held, waiting, 400);
+      const { attempts } = lock;
+      // the first attempt, the one that queued, and one about 0.1, 0.2, 0.4, 0.8 and 1.6 s after
+      // it queued (every requestTimeout it would be 18), then the handoff (or, woken, an attempt)
+      const asked = attempts.length - 1;
+      assert.ok(asked >= 4 && asked <= 9, `${asked} attempts in 1.7 s`);
+      // each refused by the holder, as the servers answered
+      const refused = attempts.slice(0, -1).filter((a) => a.votesFor.length === 0);
+      assert.ok(refused.length >= 4, `${refused.length} of ${attempts.length} refused`);
+      for (const attempt of refused) {
+        assert.equal(attempt.membershipSize, 3);
+        assert.equal(attempt.quorumSize, 2);
+        assert.ok(attempt.elapsed >= 0 && attempt.elapsed < 1_000, `${attempt.elapsed} ms`);
+        assert.ok(attempt.votesAgainst.size >= 2);
+        for (const [server, error] of attempt.votesAgainst) {
+          assert.ok(error instanceof LockConflictError, String(error));
+          assert.equal(error.server, server);
+          assert.ok(error.ttl > 7_000 && error.ttl <= 10_000, `ttl ${error.ttl}`);
+        }
+      }
+      assert.ok(Object.isFrozen(attempts));
       await lock.release();
     },
   );

@@ -6,6 +6,7 @@ import { deadline, delay } from "../src/_delay.ts";
 import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/scripts.ts";
 import { Alarm, forgetTimer, IDLE_MS, type Member, round } from "../src/_quorum.ts";
 import { Conflict, VotesAgainst } from "../src/_votes.ts";
+import { AttemptLog } from "../src/_attempts.ts";
 import { LockConflictError, Redlock, RequestTimeoutError, type ScriptClient } from "../mod.ts";
 
 async function subtleSha1(text: string): Promise<string> {
@@ -344,4 +345,40 @@ Deno.test("acquire() sends SET NX only for one resource without fencing when eve
   assert.deepEqual(await take(all, "fenced", true), ["acquire", "acquire", "acquire"]);
   const mixed = new Redlock([fake(true, 0), fake(false, 1), fake(true, 2)]);
   assert.deepEqual(await take(mixed, "one"), ["acquire", "acquire", "acquire"]);
+});
+
+Deno.test("AttemptLog gives back every attempt as pushed, a failed server's error included", () => {
+  const log = new AttemptLog(3, 2);
+  const refused = new Error("connection closed");
+  const pushed = [
+    {
+      votesFor: [],
+      votesAgainst: new VotesAgainst([new Conflict(2, 950), new Conflict(0, 940)], new Map()),
+      elapsed: 1.25,
+    },
+    {
+      votesFor: [1],
+      votesAgainst: new VotesAgainst([new Conflict(0, 400)], new Map([[2, refused]])),
+      elapsed: 3.5,
+    },
+    { votesFor: [2, 0], votesAgainst: new Map<number, Error>(), elapsed: 0.5 },
+  ].map((a) => ({ membershipSize: 3, quorumSize: 2, ...a }));
+  for (const stats of pushed) log.push(stats);
+  const listed = log.list();
+  assert.equal(listed.length, 3);
+  listed.forEach((stats, i) => {
+    const want = pushed[i]!;
+    assert.equal(stats.membershipSize, 3);
+    assert.equal(stats.quorumSize, 2);
+    assert.equal(stats.elapsed, want.elapsed);
+    assert.deepEqual(stats.votesFor, want.votesFor);
+    const against = [...stats.votesAgainst].map(([server, e]) =>
+      [server, e instanceof LockConflictError ? e.ttl : e] as const
+    );
+    const expected = [...want.votesAgainst].map(([server, e]) =>
+      [server, e instanceof LockConflictError ? e.ttl : e] as const
+    );
+    assert.deepEqual(against, expected);
+  });
+  assert.equal(listed[1]!.votesAgainst.get(2), refused);
 });
