@@ -414,6 +414,7 @@ export class ReadWriteLock implements LockOwner {
       how: onlyIfLocked ? RW_HOW.extend : RW_HOW.extendOrTake,
       watchLife: 0,
       markLife: 1,
+      marked: true,
     });
     const send = servers.sender(mode === "read" ? RW_READ : RW_WRITE, call);
     const next = await extend(
@@ -510,6 +511,7 @@ class RwAcquire implements Contender {
       how: RW_HOW.acquire,
       watchLife: listening ? 4 * timeout : 0,
       markLife: sleep + 2 * timeout,
+      marked: this.#attempts.length > 0,
     });
     const start = now();
     const send = servers.sender(this.#mode === "read" ? RW_READ : RW_WRITE, call);
