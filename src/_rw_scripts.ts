@@ -10,7 +10,8 @@
  * an expired one counts as gone, and a writer or a reader's release drops
  * it), the waiting writer's mark (its value,
  * with PX, refreshed by each of its attempts), and the watched flag (set by
- * a refused waiter that listens, so that a release publishes).
+ * a refused waiter that listens, naming readers, writers or both, so that
+ * a release that frees the lock for them publishes).
  */
 
 import { beside, type LuaScript, script, type ScriptCall } from "./scripts.ts";
@@ -63,10 +64,18 @@ const CLOCK = `local function clock()
 end
 `;
 
-/** Lua: a refused caller that listens sets the watched flag (ARGV[6], ARGV[7]). */
-const REFUSED = `local function refused(ttl)
+/** Who a watched flag says listens: readers, writers, or both. */
+const WATCHERS = Object.freeze({ readers: "r", writers: "w", both: "rw" });
+
+/**
+ * Lua: a refused caller that listens adds its kind (`role`, one of
+ * {@linkcode WATCHERS}) to the watched flag (ARGV[6], ARGV[7]).
+ */
+const REFUSED = `local function refused(ttl, role)
   if ARGV[6] == "${WATCH}" then
-    redis.call("SET", watched, "1", "PX", math.max(ttl, 0) + tonumber(ARGV[7]))
+    local flag = redis.call("GET", watched)
+    if flag and flag ~= role then role = "${WATCHERS.both}" end
+    redis.call("SET", watched, role, "PX", math.max(ttl, 0) + tonumber(ARGV[7]))
   end
   return -3 - ttl
 end
@@ -94,7 +103,7 @@ end
 if how == "${RW_HOW.acquire}" and redis.call("EXISTS", writer, waiting) > 0 then
   local ttl = redis.call("PTTL", writer)
   if ttl == -2 then ttl = redis.call("PTTL", waiting) end
-  if ttl ~= -2 then return refused(ttl) end
+  if ttl ~= -2 then return refused(ttl, "${WATCHERS.readers}") end
 end
 redis.call("ZADD", readers, (now or clock()) + lease, value)
 if redis.call("PTTL", readers) < lease then redis.call("PEXPIRE", readers, lease) end
@@ -135,7 +144,7 @@ if ttl ~= -2 then
     local mark = redis.call("GET", waiting)
     if not mark or mark == value then redis.call("SET", waiting, value, "PX", ARGV[4]) end
   end
-  return refused(ttl)
+  return refused(ttl, "${WATCHERS.writers}")
 end
 redis.call("SET", writer, value, "PX", lease)
 if ARGV[5] == "${MARKED}" and redis.call("GET", waiting) == value then
@@ -146,16 +155,20 @@ return 0`,
 
 /**
  * Releases the value's read or write lock (and, for a writer that is
- * done, its mark; see {@linkcode RW_RELEASE_MODE}).
- * When that frees the lock for somebody (the writer's key or mark went, or
- * the last unexpired reader left) and a refused waiter listens, publishes
- * on the release channel of the writer's key. A reader's release that
- * leaves others drops the expired ones. Replies how many locks the value
- * held (0 or 1).
+ * done, its mark; see {@linkcode RW_RELEASE_MODE}), and wakes those it
+ * freed the lock for when they listen (the watched flag names them).
+ * The last unexpired reader's release frees it for writers only: it
+ * publishes on the release channel of the readers' key when a writer
+ * listens, and leaves waiting readers asleep. The writer's key or mark
+ * going frees it for all: it publishes on the release channel of the
+ * writer's key (readers and writers listen there). A reader's release
+ * that leaves others drops the expired ones. Replies how many locks the
+ * value held (0 or 1).
  */
 export const RW_RELEASE: LuaScript = script(
   "rw-release",
   PROLOGUE + CLOCK + `local count, freed = 0, false
+local channel = "${releaseChannel("")}"
 if how == "${RW_RELEASE_MODE.read}" then
   count = redis.call("ZREM", readers, value)
   if count > 0 then
@@ -165,18 +178,27 @@ if how == "${RW_RELEASE_MODE.read}" then
       freed = redis.call("EXISTS", readers) == 0
     end
   end
-else
-  if redis.call("GET", writer) == value then
-    redis.call("DEL", writer)
-    count, freed = 1, true
+  local flag = freed and redis.call("GET", watched)
+  if flag and flag ~= "${WATCHERS.readers}" then
+    if flag == "${WATCHERS.both}" then
+      redis.call("SET", watched, "${WATCHERS.readers}", "KEEPTTL")
+    else
+      redis.call("DEL", watched)
+    end
+    redis.call("PUBLISH", channel .. readers, "")
   end
-  if how == "${RW_RELEASE_MODE.write}" and redis.call("GET", waiting) == value then
-    redis.call("DEL", waiting)
-    freed = true
-  end
+  return count
+end
+if redis.call("GET", writer) == value then
+  redis.call("DEL", writer)
+  count, freed = 1, true
+end
+if how == "${RW_RELEASE_MODE.write}" and redis.call("GET", waiting) == value then
+  redis.call("DEL", waiting)
+  freed = true
 end
 if freed and redis.call("DEL", watched) == 1 then
-  redis.call("PUBLISH", "${releaseChannel("")}" .. writer, "")
+  redis.call("PUBLISH", channel .. writer, "")
 end
 return count`,
 );

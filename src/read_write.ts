@@ -498,7 +498,9 @@ class RwAcquire implements Contender {
     this.#request = request;
     this.#mode = mode;
     this.#make = make;
-    this.channels = [keys[0]!];
+    // A reader waits for the writer's key or mark to go; a writer also for
+    // the last reader to leave, which RW_RELEASE announces apart.
+    this.channels = mode === "read" ? [keys[0]!] : [keys[0]!, keys[1]!];
     this.what = `${mode} lock ${JSON.stringify(keys[0])}`;
   }
 

@@ -118,6 +118,8 @@ export class Semaphore {
   /** How many holders at most. */
   readonly permits: number;
   readonly #context: HandleContext;
+  /** What its acquires' errors call it. */
+  readonly #what: string;
 
   /**
    * Made by `redlock.semaphore(name, { permits })`.
@@ -141,6 +143,7 @@ export class Semaphore {
       integer: true,
     });
     this.#context.servers.checkSlots([permitsKey(name), slotKey(name, 0)]);
+    this.#what = `a permit of ${this}`;
   }
 
   /**
@@ -272,19 +275,22 @@ export class Semaphore {
   }
 
   #contend(request: HandleRequest): Promise<Lock> {
-    return contend(this.#context, request, new PermitAcquire(this, this.#context, request));
+    const acquire = new PermitAcquire(this, this.#what, this.#context, request);
+    return contend(this.#context, request, acquire);
   }
 }
 
 /** One acquire of a permit. */
 class PermitAcquire implements Contender {
+  readonly what: string;
   readonly #semaphore: Semaphore;
   readonly #context: HandleContext;
   readonly #servers: Servers;
   readonly #request: HandleRequest;
   readonly #attempts: ExecutionStats[] = [];
 
-  constructor(semaphore: Semaphore, context: HandleContext, request: HandleRequest) {
+  constructor(semaphore: Semaphore, what: string, context: HandleContext, request: HandleRequest) {
+    this.what = what;
     this.#semaphore = semaphore;
     this.#context = context;
     this.#servers = context.servers;
@@ -300,10 +306,6 @@ class PermitAcquire implements Contender {
     return permits <= NOTIFIED_PERMITS
       ? Array.from({ length: permits }, (_, i) => slotKey(name, i))
       : undefined;
-  }
-
-  get what(): string {
-    return `a permit of ${this.#semaphore}`;
   }
 
   /**
