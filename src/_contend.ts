@@ -100,7 +100,10 @@ export interface Contender {
   abandon(last?: Refusal): Promise<void>;
   /** The keys whose release channels wake the acquire; undefined: it polls. */
   readonly channels: readonly string[] | undefined;
-  /** What the error messages call it, e.g. `read lock of "doc"`. */
+  /**
+   * What the error messages call it, e.g. `read lock of "doc"`; also what
+   * the waiters remember as hot once such an acquire waited.
+   */
   readonly what: string;
 }
 
@@ -118,10 +121,19 @@ export async function contend(
   const { signal, dispose } = deadline(request.signal, request.timeout);
   signal?.throwIfAborted();
   const { settings } = request;
-  const notify = settings.wait === "notify" && contender.channels !== undefined;
+  const notify = settings.wait === "notify";
+  const { waiters } = context;
   const attempts: ExecutionStats[] = [];
-  let listening: Awaited<ReturnType<Waiters["listen"]>> | undefined;
+  type Listening = Awaited<ReturnType<Waiters["listen"]>>;
+  const listen = (): Promise<Listening> | undefined => {
+    const channels = contender.channels;
+    return channels === undefined ? undefined : waiters.listen(channels, settings.requestTimeout);
+  };
+  let listening: Listening | undefined;
   try {
+    // An acquire like this one waited just now, so this one likely waits
+    // too: it listens from its first attempt, which then asks to be woken.
+    if (notify && waiters.isHot(contender.what)) listening = await listen();
     for (let n = 1;; n++) {
       const sleep = retryWait(settings, n);
       const outcome = await contender.attempt(listening?.subscribed === true, sleep, signal);
@@ -142,10 +154,11 @@ export async function contend(
       }
       if (notify && votesAgainst.conflicts > 0) {
         if (listening === undefined) {
-          listening = await context.waiters.listen(contender.channels!, settings.requestTimeout);
-          if (listening.subscribed) continue; // at once: this refusal did not ask to publish
+          waiters.queued(contender.what);
+          listening = await listen();
+          if (listening?.subscribed === true) continue; // at once: this refusal did not ask to publish
         }
-        if (listening.subscribed) {
+        if (listening?.subscribed === true) {
           const ms = Math.min(
             sleep,
             Number.isFinite(outcome.heldFor) ? outcome.heldFor + 1 : sleep,

@@ -6,10 +6,12 @@
  * of its name, so a Redis Cluster keeps them in one slot.
  *
  * Per server: the writer's key (its value, with PX), the readers' sorted
- * set (values scored by their expiry in the server's own time, from `TIME`,
- * expired ones dropped by every call), the waiting writer's mark (its value,
+ * set (values scored by their expiry in the server's own time, from `TIME`;
+ * an expired one counts as gone, and a writer or a reader's release drops
+ * it), the waiting writer's mark (its value,
  * with PX, refreshed by each of its attempts), and the watched flag (set by
- * a refused waiter that listens, so that a release publishes).
+ * a refused waiter that listens, naming readers, writers or both, so that
+ * a release that frees the lock for them publishes).
  */
 
 import { beside, type LuaScript, script, type ScriptCall } from "./scripts.ts";
@@ -47,18 +49,33 @@ export type RwReleaseMode = typeof RW_RELEASE_MODE[keyof typeof RW_RELEASE_MODE]
 /** The flag of a refused caller that listens for the release. */
 const WATCH = "watch";
 
-/** Lua shared by the scripts: the server's time in ms, and expired readers dropped. */
+/** The flag of a write attempt that may have left its mark (an earlier one was refused). */
+const MARKED = "marked";
+
+/** Lua shared by the scripts: the keys, the value and the lease. */
 const PROLOGUE = `local writer, readers, waiting, watched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local value, lease, how = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call("ZREMRANGEBYSCORE", readers, "-inf", now)
 `;
 
-/** Lua: a refused caller that listens sets the watched flag (ARGV[4], ARGV[5]). */
-const REFUSED = `local function refused(ttl)
-  if ARGV[4] == "${WATCH}" then
-    redis.call("SET", watched, "1", "PX", math.max(ttl, 0) + tonumber(ARGV[5]))
+/** Lua: the server's time in ms, read only where a script needs it. */
+const CLOCK = `local function clock()
+  local t = redis.call("TIME")
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`;
+
+/** Who a watched flag says listens: readers, writers, or both. */
+const WATCHERS = Object.freeze({ readers: "r", writers: "w", both: "rw" });
+
+/**
+ * Lua: a refused caller that listens adds its kind (`role`, one of
+ * {@linkcode WATCHERS}) to the watched flag (ARGV[6], ARGV[7]).
+ */
+const REFUSED = `local function refused(ttl, role)
+  if ARGV[6] == "${WATCH}" then
+    local flag = redis.call("GET", watched)
+    if flag and flag ~= role then role = "${WATCHERS.both}" end
+    redis.call("SET", watched, role, "PX", math.max(ttl, 0) + tonumber(ARGV[7]))
   end
   return -3 - ttl
 end
@@ -68,20 +85,27 @@ end
  * Takes (or renews) a read lock for the value: refused while a writer
  * holds the lock or waits for it (then `-3 - pttl` of the writer's key or
  * mark). The reader's entry expires `lease` ms from now in the server's
- * time; the set outlives its last entry.
+ * time; the set outlives its last entry. An acquire's value is new, so it
+ * asks for no entry of its own; expired entries are left for a writer or
+ * a reader's release to drop (every check reads scores against `TIME`).
  */
 export const RW_READ: LuaScript = script(
   "rw-read",
-  PROLOGUE + REFUSED + `local held = redis.call("ZSCORE", readers, value)
-if not held then
-  if how == "${RW_HOW.extend}" then return -1 end
-  if redis.call("EXISTS", writer, waiting) > 0 then
-    local ttl = redis.call("PTTL", writer)
-    if ttl == -2 then ttl = redis.call("PTTL", waiting) end
-    if ttl ~= -2 then return refused(ttl) end
+  PROLOGUE + CLOCK + REFUSED + `local now
+if how ~= "${RW_HOW.acquire}" then
+  now = clock()
+  local held = tonumber(redis.call("ZSCORE", readers, value))
+  if held == nil or held <= now then
+    if how == "${RW_HOW.extend}" then return -1 end
+    how = "${RW_HOW.acquire}"
   end
 end
-redis.call("ZADD", readers, now + lease, value)
+if how == "${RW_HOW.acquire}" and redis.call("EXISTS", writer, waiting) > 0 then
+  local ttl = redis.call("PTTL", writer)
+  if ttl == -2 then ttl = redis.call("PTTL", waiting) end
+  if ttl ~= -2 then return refused(ttl, "${WATCHERS.readers}") end
+end
+redis.call("ZADD", readers, (now or clock()) + lease, value)
 if redis.call("PTTL", readers) < lease then redis.call("PEXPIRE", readers, lease) end
 return 0`,
 );
@@ -89,13 +113,14 @@ return 0`,
 /**
  * Takes (or renews) the write lock for the value: refused while another
  * writer holds it (`-3 - pttl` of its key) or any reader does (`-3 -` the
- * ms until the last reader expires). A refused acquire leaves its mark,
- * which blocks new readers, unless another writer's mark is there; the
- * grant removes the value's own mark.
+ * ms until the last reader expires; a set of expired readers only is
+ * dropped). A refused acquire leaves its mark, which blocks new readers,
+ * unless another writer's mark is there; the grant removes the value's
+ * own mark when an earlier attempt may have left one (ARGV[5]).
  */
 export const RW_WRITE: LuaScript = script(
   "rw-write",
-  PROLOGUE + REFUSED + `local holder = redis.call("GET", writer)
+  PROLOGUE + CLOCK + REFUSED + `local holder = redis.call("GET", writer)
 if holder == value then
   redis.call("SET", writer, value, "PX", lease)
   return 0
@@ -106,53 +131,74 @@ if holder then
   ttl = redis.call("PTTL", writer)
 else
   local last = redis.call("ZRANGE", readers, -1, -1, "WITHSCORES")[2]
-  if last then ttl = tonumber(last) - now end
+  if last then
+    ttl = tonumber(last) - clock()
+    if ttl <= 0 then
+      redis.call("DEL", readers)
+      ttl = -2
+    end
+  end
 end
 if ttl ~= -2 then
   if how == "${RW_HOW.acquire}" then
     local mark = redis.call("GET", waiting)
-    if not mark or mark == value then redis.call("SET", waiting, value, "PX", ARGV[6]) end
+    if not mark or mark == value then redis.call("SET", waiting, value, "PX", ARGV[4]) end
   end
-  return refused(ttl)
+  return refused(ttl, "${WATCHERS.writers}")
 end
 redis.call("SET", writer, value, "PX", lease)
-if redis.call("GET", waiting) == value then redis.call("DEL", waiting) end
+if ARGV[5] == "${MARKED}" and redis.call("GET", waiting) == value then
+  redis.call("DEL", waiting)
+end
 return 0`,
 );
 
 /**
  * Releases the value's read or write lock (and, for a writer that is
- * done, its mark; see {@linkcode RW_RELEASE_MODE}).
- * When that frees the lock for somebody (the writer's key or mark went, or
- * the last reader left) and a refused waiter listens, publishes on the
- * release channel of the writer's key. Replies how many locks the value
- * held (0 or 1).
+ * done, its mark; see {@linkcode RW_RELEASE_MODE}), and wakes those it
+ * freed the lock for when they listen (the watched flag names them).
+ * The last unexpired reader's release frees it for writers only: it
+ * publishes on the release channel of the readers' key when a writer
+ * listens, and leaves waiting readers asleep. The writer's key or mark
+ * going frees it for all: it publishes on the release channel of the
+ * writer's key (readers and writers listen there). A reader's release
+ * that leaves others drops the expired ones. Replies how many locks the
+ * value held (0 or 1).
  */
 export const RW_RELEASE: LuaScript = script(
   "rw-release",
-  `local writer, readers, waiting, watched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local value, how = ARGV[1], ARGV[3]
-local count, freed = 0, false
+  PROLOGUE + CLOCK + `local count, freed = 0, false
+local channel = "${releaseChannel("")}"
 if how == "${RW_RELEASE_MODE.read}" then
   count = redis.call("ZREM", readers, value)
   if count > 0 then
-    local t = redis.call("TIME")
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    redis.call("ZREMRANGEBYSCORE", readers, "-inf", now)
     freed = redis.call("EXISTS", readers) == 0
+    if not freed then
+      redis.call("ZREMRANGEBYSCORE", readers, "-inf", clock())
+      freed = redis.call("EXISTS", readers) == 0
+    end
   end
-else
-  if redis.call("GET", writer) == value then
-    redis.call("DEL", writer)
-    count, freed = 1, true
+  local flag = freed and redis.call("GET", watched)
+  if flag and flag ~= "${WATCHERS.readers}" then
+    if flag == "${WATCHERS.both}" then
+      redis.call("SET", watched, "${WATCHERS.readers}", "KEEPTTL")
+    else
+      redis.call("DEL", watched)
+    end
+    redis.call("PUBLISH", channel .. readers, "")
   end
-  if how == "${RW_RELEASE_MODE.write}" and redis.call("GET", waiting) == value then
-    redis.call("DEL", waiting)
-    freed = true
-  end
+  return count
+end
+if redis.call("GET", writer) == value then
+  redis.call("DEL", writer)
+  count, freed = 1, true
+end
+if how == "${RW_RELEASE_MODE.write}" and redis.call("GET", waiting) == value then
+  redis.call("DEL", waiting)
+  freed = true
 end
 if freed and redis.call("DEL", watched) == 1 then
-  redis.call("PUBLISH", "${releaseChannel("")}" .. writer, "")
+  redis.call("PUBLISH", channel .. writer, "")
 end
 return count`,
 );
@@ -160,8 +206,9 @@ return count`,
 /** Replies 0 while the value holds the lock in the mode (`how`), else -1. */
 export const RW_HOLDS: LuaScript = script(
   "rw-holds",
-  PROLOGUE + `if how == "read" then
-  if redis.call("ZSCORE", readers, value) then return 0 end
+  PROLOGUE + CLOCK + `if how == "read" then
+  local held = tonumber(redis.call("ZSCORE", readers, value))
+  if held and held > clock() then return 0 end
 elseif redis.call("GET", writer) == value then
   return 0
 end
@@ -184,25 +231,26 @@ export interface RwTerms {
   readonly watchLife: number;
   /** ms a refused writer's mark lasts (it is renewed by every attempt). */
   readonly markLife: number;
+  /** Whether an earlier attempt of this acquire may have left the writer's mark. */
+  readonly marked?: boolean;
 }
 
 /**
  * KEYS: writer, readers, waiting mark, watched flag. ARGV: value, lease,
- * how, the watch flag, ms the flag outlives the holder, ms the mark lasts.
+ * how, ms the mark lasts, whether the value may have a mark, and for a
+ * caller that listens the watch flag and the ms it outlives the holder.
  */
 export function rwCall(keys: readonly string[], value: string, terms: RwTerms): ScriptCall {
-  const { duration, how, watchLife, markLife } = terms;
-  return {
-    keys,
-    args: [
-      value,
-      String(duration),
-      how,
-      watchLife > 0 ? WATCH : "",
-      String(watchLife),
-      String(Math.max(1, Math.ceil(markLife))),
-    ],
-  };
+  const { duration, how, watchLife, markLife, marked = false } = terms;
+  const args = [
+    value,
+    String(duration),
+    how,
+    String(Math.max(1, Math.ceil(markLife))),
+    marked ? MARKED : "",
+  ];
+  if (watchLife > 0) args.push(WATCH, String(watchLife));
+  return { keys, args };
 }
 
 /**

@@ -18,22 +18,27 @@ export const MISMATCH = -(2 ** 40);
 /** SEM_ACQUIRE's `want` for "the lowest free slot". */
 export const ANY_SLOT = -1;
 
+/** SEM_ACQUIRE's flag for a value that holds no slot yet (its acquire's first round). */
+const NEW_VALUE = "new";
+
 /**
  * Takes a slot for the value: `want` (dropping any other slot the value
  * holds) or, for {@linkcode ANY_SLOT}, the one the value holds already or
- * else the lowest free one. Replies the slot's index; when none is free,
+ * else the lowest free one (a new value, ARGV[5], holds none: the first
+ * free one will do). Replies the slot's index; when none is free,
  * `-3 - pttl` of the wanted slot (or of the slot that frees first), and a
- * watcher (ARGV[5] given) leaves the watcher marker in every slot's wait
+ * watcher (ARGV[6] given) leaves the watcher marker in every slot's wait
  * queue, so that the release of any slot publishes (see RELEASE); when
  * the stored number of permits differs, `MISMATCH - stored` having written
- * nothing. The permits key outlives every slot taken with it (it is set
- * for twice the lease when it would not, so that the next acquires with
- * that lease need not write it).
+ * nothing. The permits key outlives every slot taken with it: it is
+ * written (for twice the lease) when it is missing, in the same command
+ * that reads it, and set again when its TTL is below the lease, so that
+ * the next acquires with that lease need not write it.
  */
 export const SEM_ACQUIRE: LuaScript = script(
   "sem-acquire",
-  `local value, lease, permits = ARGV[1], ARGV[2], ARGV[3]
-local stored = redis.call("GET", KEYS[1])
+  `local value, lease, permits = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local stored = redis.call("SET", KEYS[1], permits, "NX", "GET", "PX", 2 * lease)
 if stored and stored ~= permits then return ${MISMATCH} - tonumber(stored) end
 local p, want, took = tonumber(permits), tonumber(ARGV[4]), -1
 if want >= 0 then
@@ -44,7 +49,7 @@ if want >= 0 then
   if holder and holder ~= value then return -3 - redis.call("PTTL", KEYS[want + 2]) end
   took = want
 else
-  local free, shortest = -1, nil
+  local fresh, free, shortest = ARGV[5] == "${NEW_VALUE}", -1, nil
   for i = 0, p - 1 do
     local holder = redis.call("GET", KEYS[i + 2])
     if holder == value then
@@ -52,6 +57,7 @@ else
       break
     elseif not holder then
       if free == -1 then free = i end
+      if fresh then break end
     elseif free == -1 then
       local ttl = redis.call("PTTL", KEYS[i + 2])
       if shortest == nil or ttl < shortest then shortest = ttl end
@@ -59,11 +65,11 @@ else
   end
   if took == -1 then took = free end
   if took == -1 then
-    if ARGV[5] then
+    if ARGV[6] then
       for i = 0, p - 1 do
         local queue = KEYS[p + i + 2]
         redis.call("ZADD", queue, "NX", "+inf", "${WATCHER}")
-        local life = math.max(redis.call("PTTL", KEYS[i + 2]), 0) + tonumber(ARGV[5])
+        local life = math.max(redis.call("PTTL", KEYS[i + 2]), 0) + tonumber(ARGV[6])
         if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
       end
     end
@@ -71,8 +77,8 @@ else
   end
 end
 redis.call("SET", KEYS[took + 2], value, "PX", lease)
-if redis.call("PTTL", KEYS[1]) < tonumber(lease) then
-  redis.call("SET", KEYS[1], permits, "PX", 2 * tonumber(lease))
+if stored and redis.call("PTTL", KEYS[1]) < lease then
+  redis.call("SET", KEYS[1], permits, "PX", 2 * lease)
 end
 return took`,
 );
@@ -89,8 +95,9 @@ export function slotKey(name: string, index: number): string {
 
 /**
  * KEYS: the permits key, then every slot (then, for a watcher, every
- * slot's wait queue). ARGV: value, lease, permits, the wanted slot (then,
- * for a watcher, the ms the queues outlive the slots' holders).
+ * slot's wait queue). ARGV: value, lease, permits, the wanted slot,
+ * whether the value is new (holds no slot), then, for a watcher, the ms
+ * the queues outlive the slots' holders.
  */
 export function semAcquireCall(
   name: string,
@@ -98,12 +105,13 @@ export function semAcquireCall(
   value: string,
   duration: number,
   want: number,
-  queueLife = 0,
+  options: { readonly fresh?: boolean; readonly queueLife?: number } = {},
 ): ScriptCall {
+  const { fresh = false, queueLife = 0 } = options;
   const slots: string[] = [];
   for (let i = 0; i < permits; i++) slots.push(slotKey(name, i));
   const keys = [permitsKey(name), ...slots];
-  const args = [value, String(duration), String(permits), String(want)];
+  const args = [value, String(duration), String(permits), String(want), fresh ? NEW_VALUE : ""];
   if (queueLife === 0) return { keys, args };
   return { keys: [...keys, ...slots.map(queueKey)], args: [...args, String(queueLife)] };
 }

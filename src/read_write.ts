@@ -414,6 +414,7 @@ export class ReadWriteLock implements LockOwner {
       how: onlyIfLocked ? RW_HOW.extend : RW_HOW.extendOrTake,
       watchLife: 0,
       markLife: 1,
+      marked: true,
     });
     const send = servers.sender(mode === "read" ? RW_READ : RW_WRITE, call);
     const next = await extend(
@@ -497,7 +498,9 @@ class RwAcquire implements Contender {
     this.#request = request;
     this.#mode = mode;
     this.#make = make;
-    this.channels = [keys[0]!];
+    // A reader waits for the writer's key or mark to go; a writer also for
+    // the last reader to leave, which RW_RELEASE announces apart.
+    this.channels = mode === "read" ? [keys[0]!] : [keys[0]!, keys[1]!];
     this.what = `${mode} lock ${JSON.stringify(keys[0])}`;
   }
 
@@ -510,6 +513,7 @@ class RwAcquire implements Contender {
       how: RW_HOW.acquire,
       watchLife: listening ? 4 * timeout : 0,
       markLife: sleep + 2 * timeout,
+      marked: this.#attempts.length > 0,
     });
     const start = now();
     const send = servers.sender(this.#mode === "read" ? RW_READ : RW_WRITE, call);

@@ -19,8 +19,7 @@ import {
   slotKey,
 } from "./_semaphore_script.ts";
 import { type Ballot, type Send, type Servers, toVote, type Vote } from "./_servers.ts";
-import type { Member } from "./_quorum.ts";
-import { round } from "./_quorum.ts";
+import { type Member, round, type Tally } from "./_quorum.ts";
 import {
   checkRequest,
   contend,
@@ -119,6 +118,8 @@ export class Semaphore {
   /** How many holders at most. */
   readonly permits: number;
   readonly #context: HandleContext;
+  /** What its acquires' errors call it. */
+  readonly #what: string;
 
   /**
    * Made by `redlock.semaphore(name, { permits })`.
@@ -142,6 +143,7 @@ export class Semaphore {
       integer: true,
     });
     this.#context.servers.checkSlots([permitsKey(name), slotKey(name, 0)]);
+    this.#what = `a permit of ${this}`;
   }
 
   /**
@@ -273,13 +275,13 @@ export class Semaphore {
   }
 
   #contend(request: HandleRequest): Promise<Lock> {
-    return contend(this.#context, request, new PermitAcquire(this, this.#context, request));
+    const acquire = new PermitAcquire(this, this.#what, this.#context, request);
+    return contend(this.#context, request, acquire);
   }
 }
 
 /** One acquire of a permit. */
 class PermitAcquire implements Contender {
-  readonly channels: readonly string[] | undefined;
   readonly what: string;
   readonly #semaphore: Semaphore;
   readonly #context: HandleContext;
@@ -287,16 +289,21 @@ class PermitAcquire implements Contender {
   readonly #request: HandleRequest;
   readonly #attempts: ExecutionStats[] = [];
 
-  constructor(semaphore: Semaphore, context: HandleContext, request: HandleRequest) {
+  constructor(semaphore: Semaphore, what: string, context: HandleContext, request: HandleRequest) {
+    this.what = what;
     this.#semaphore = semaphore;
     this.#context = context;
     this.#servers = context.servers;
     this.#request = request;
-    this.what = `a permit of ${semaphore}`;
-    // Woken by the release of any slot (see SEM_ACQUIRE's watcher), up to
-    // NOTIFIED_PERMITS slots; more would cost as many subscriptions: it polls.
-    const { name, permits } = semaphore;
-    this.channels = permits <= NOTIFIED_PERMITS
+  }
+
+  /**
+   * Woken by the release of any slot (see SEM_ACQUIRE's watcher), up to
+   * NOTIFIED_PERMITS slots; more would cost as many subscriptions: it polls.
+   */
+  get channels(): readonly string[] | undefined {
+    const { name, permits } = this.#semaphore;
+    return permits <= NOTIFIED_PERMITS
       ? Array.from({ length: permits }, (_, i) => slotKey(name, i))
       : undefined;
   }
@@ -311,25 +318,31 @@ class PermitAcquire implements Contender {
     const { quorum } = servers;
     const { duration, settings } = this.#request;
     let start = now();
-    const first = await round<Vote, [Ballot, Map<number, Vote>]>(
+    const fresh = this.#attempts.length === 0;
+    const stragglers = new Stragglers((members, keep) => this.#release(members, keep));
+    const first = await round<Vote, [Ballot, Tally<Vote>]>(
       servers.members,
-      this.#sender(ANY_SLOT, listening ? 4 * this.#timeout : 0),
+      this.#sender(ANY_SLOT, { fresh, queueLife: listening ? 4 * this.#timeout : 0 }),
       {
         timeout: this.#timeout,
         start,
         signal,
         onError: servers.emit,
         done: ({ answers, errors }) =>
-          answers.size + errors.size === servers.members.length ||
-          offers(answers).some(([, votes]) => votes.length >= quorum),
+          answers.size + errors.size === servers.members.length || agreed(answers, quorum),
+        late: stragglers.late,
         judge: (reply, member) => toVote(reply, member.index),
-        settle: (tally) => [servers.ballot(tally, start), new Map(tally.answers)],
+        settle: (tally) => [
+          servers.ballot(tally, start),
+          { answers: new Map(tally.answers), errors: new Map(tally.errors) },
+        ],
       },
     );
     let [last] = first;
     this.#mismatch(last);
     this.#attempts.push(last.stats);
-    const candidates = offers(first[1]);
+    const { answers, errors } = first[1];
+    const candidates = offers(answers);
     for (const [i, [slot, offeredBy]] of candidates.entries()) {
       let votesFor: readonly number[] = offeredBy;
       if (i > 0 || offeredBy.length < quorum) {
@@ -343,7 +356,16 @@ class PermitAcquire implements Contender {
       }
       const until = validUntil(start, duration, settings.driftFactor);
       if (votesFor.length >= quorum && until > last.end) {
-        this.#release(servers.members.filter((m) => !votesFor.includes(m.index)), slot);
+        if (last !== first[0]) {
+          this.#release(servers.members.filter((m) => !votesFor.includes(m.index)), slot);
+        } else {
+          // The first round settled once a quorum agreed: servers that had
+          // not answered then are released as they answer, if they took another slot.
+          const other = (m: Member) =>
+            (answers.has(m.index) && answers.get(m.index) !== slot) || errors.has(m.index);
+          this.#release(servers.members.filter(other), slot);
+          stragglers.keep(slot);
+        }
         return this.#permit(slot, until);
       }
     }
@@ -377,13 +399,14 @@ class PermitAcquire implements Contender {
   }
 
   /**
-   * SEM_ACQUIRE for `want` (a watcher's when `queueLife` > 0); a mismatch
+   * SEM_ACQUIRE for `want` (a watcher's when `queueLife` > 0; `fresh` in
+   * the first round, when the value holds no slot); a mismatch
    * fails the server's request with its error.
    */
-  #sender(want: number, queueLife = 0): Send {
+  #sender(want: number, options?: { fresh: boolean; queueLife: number }): Send {
     const { name, permits } = this.#semaphore;
     const { value, duration } = this.#request;
-    const call = semAcquireCall(name, permits, value, duration, want, queueLife);
+    const call = semAcquireCall(name, permits, value, duration, want, options);
     return (m: Member) =>
       m.runner.evalScript(SEM_ACQUIRE, call.keys, call.args).then((reply) => {
         if (typeof reply === "number" && reply <= MISMATCH) {
@@ -421,6 +444,44 @@ class PermitAcquire implements Contender {
       releaseCall(slots, this.#request.value, { reservation: 0 }),
     );
   }
+}
+
+/**
+ * The servers that answered a first round after it settled: once the
+ * permit's slot is known, what each took besides it is released (at once,
+ * or when it answers); until then their answers wait here.
+ */
+class Stragglers {
+  readonly #answers = new Map<Member, Vote | undefined>();
+  readonly #release: (members: readonly Member[], keep: number) => unknown;
+  #slot: number | undefined;
+
+  constructor(release: (members: readonly Member[], keep: number) => unknown) {
+    this.#release = release;
+  }
+
+  /** A late answer of `member` (undefined: its request failed). */
+  readonly late = (member: Member, vote: Vote | undefined): void => {
+    if (this.#slot === undefined) this.#answers.set(member, vote);
+    else if (vote !== this.#slot) this.#release([member], this.#slot);
+  };
+
+  /** The permit is `slot`. */
+  keep(slot: number): void {
+    this.#slot = slot;
+    for (const [member, vote] of this.#answers) if (vote !== slot) this.#release([member], slot);
+  }
+}
+
+/** Whether a quorum of `votes` offered one slot. */
+function agreed(votes: ReadonlyMap<number, Vote>, quorum: number): boolean {
+  for (const vote of votes.values()) {
+    if (typeof vote !== "number") continue;
+    let count = 0;
+    for (const other of votes.values()) if (other === vote) count++;
+    if (count >= quorum) return true;
+  }
+  return false;
 }
 
 /** Slots offered by servers, most offered first (the lower on a tie), with their servers. */

@@ -6,10 +6,13 @@ import {
   Redlock,
   ResourceLockedError,
 } from "../mod.ts";
+import { toScriptClient } from "../src/clients.ts";
+import { RW_HOLDS, RW_HOW, RW_READ, rwCall, rwKeys, rwModeCall } from "../src/_rw_scripts.ts";
 import {
   commandCalls,
   integer,
   type Kind,
+  onEveryServer,
   type RedisServers,
   scriptCalls,
   setup,
@@ -275,6 +278,53 @@ for (const kind of RW_KINDS) {
     const waited = performance.now() - start;
     assert.ok(waited < 1_500, `woken ${waited} ms after the release (retryDelay 3000)`);
     await w.release();
+  });
+
+  Deno.test(`[${kind}] an expired reader's entry counts as gone, and the last reader's release drops it`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const rw = redlock.readWriteLock("stale");
+    const crashed = await rw.read(100); // never released
+    const live = await rw.read(5_000);
+    await sleep(250);
+    const keys = rwKeys("stale");
+    const runner = toScriptClient(env.clients[0]!);
+    const renew = rwCall(keys, crashed.value, {
+      duration: 5_000,
+      how: RW_HOW.extend,
+      watchLife: 0,
+      markLife: 1,
+      marked: true,
+    });
+    assert.equal(await runner.evalScript(RW_READ, renew.keys, renew.args), -1, "not renewed");
+    const holds = rwModeCall(keys, crashed.value, "read");
+    assert.equal(await runner.evalScript(RW_HOLDS, holds.keys, holds.args), -1, "not held");
+    await live.release();
+    for (const s of env.servers.servers) {
+      assert.equal(await integer(s, "EXISTS", keys[1]!), 0, "the expired entry dropped");
+    }
+  });
+
+  Deno.test(`[${kind}] the last reader's release wakes writers only, a writer's release everybody`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const rw = redlock.readWriteLock("flag");
+    const watched = rwKeys("flag")[3]!;
+    const flag = (value: string) =>
+      Promise.all(env.servers.servers.map((s) => s.command("SET", watched, value, "PX", "10000")));
+    const publishes = () => Promise.all(env.servers.servers.map((s) => commandCalls(s, "publish")));
+    const before = await publishes();
+    await flag("r"); // readers wait for a writer's mark: a reader's release frees nothing for them
+    await (await rw.read(5_000)).release();
+    await onEveryServer(env.servers, watched, "r");
+    assert.deepEqual(await publishes(), before, "no reader woken by a reader's release");
+    await flag("rw");
+    await (await rw.read(5_000)).release();
+    await onEveryServer(env.servers, watched, "r");
+    assert.deepEqual(await publishes(), before.map((n) => n + 1), "the writers woken");
+    await (await rw.write(5_000)).release();
+    await onEveryServer(env.servers, watched, null);
+    assert.deepEqual(await publishes(), before.map((n) => n + 2), "the readers woken");
   });
 }
 

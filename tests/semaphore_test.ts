@@ -10,8 +10,12 @@ import {
   ResourceLockedError,
   toScriptClient,
 } from "../mod.ts";
+import { Direction, FaultProxy } from "../scripts/fault_proxy.ts";
 import {
+  connect,
   connectAll,
+  get,
+  hold,
   integer,
   type Kind,
   type RedisServers,
@@ -324,4 +328,36 @@ Deno.test("semaphores reject bad input before any request, leaving nothing writt
   await assert.rejects(sem.using(1_000, {}, null as never), /routine/);
   assert.deepEqual(await calls(), before, "no script ran");
   assert.equal(await keysOn(env.servers), 0);
+});
+
+Deno.test("a permit's server that answers after the quorum is released only if it took another slot", async () => {
+  await using servers = await startServers(3);
+  // Server 2's replies come 80 ms late: the first round settles on servers 0 and 1.
+  await using proxy = await FaultProxy.start(servers.ports[2]!);
+  proxy.delay(80, { direction: Direction.ToClient });
+  await using direct = await connect("ioredis", servers.ports[0]!);
+  await using second = await connect("ioredis", servers.ports[1]!);
+  await using late = await connect("ioredis", proxy.port);
+  const redlock = new Redlock([direct.client, second.client, late.client]);
+  const slow = servers.servers[2]!;
+  const sem = redlock.semaphore("late", { permits: 2 });
+  // The servers learn the scripts first (a NOSCRIPT reply and EVAL count as calls).
+  await (await redlock.semaphore("warm", { permits: 2 }).acquire(5_000)).release();
+  await sleep(300);
+  let before = await scriptCalls(slow);
+  const same = await sem.acquire(5_000);
+  await sleep(300);
+  assert.equal(await get(slow, "{late}:sem:0"), same.value, "it took the permit's slot");
+  assert.equal(await scriptCalls(slow) - before, 1, "no release sent to it");
+  await same.release();
+  // Slot 0 held on the late server only: it offers slot 1, which it must give back.
+  await hold(slow, "{late}:sem:0", "another", 5_000);
+  before = await scriptCalls(slow);
+  const other = await sem.acquire(5_000);
+  assert.equal(other.resources[0], "{late}:sem:0");
+  await sleep(300);
+  assert.equal(await get(slow, "{late}:sem:1"), null, "the other slot released");
+  assert.equal(await scriptCalls(slow) - before, 2, "one acquire, one release");
+  await other.release();
+  await redlock[Symbol.asyncDispose]();
 });
