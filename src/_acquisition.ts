@@ -43,6 +43,8 @@ export interface AcquireRequest {
   readonly settings: Settings;
   readonly signal: AbortSignal | undefined;
   readonly fencing: boolean;
+  /** ms the whole acquire may take (the caller's `timeout`). */
+  readonly timeout: number | undefined;
   /**
    * Unique: the Redlock's id (which names the channel that wakes the acquire
    * when it queues), a count, and the lease a release hands the key to it

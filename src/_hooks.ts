@@ -2,7 +2,8 @@
  * Where instrumentation (`otel.ts`) wraps a Redlock's operations: each hook
  * runs the operation (`run`) and resolves or rejects as it does. Called
  * synchronously in the caller's context, so a span it starts is the
- * caller's child. A Redlock without hooks pays one WeakMap look-up.
+ * caller's child. Until hooks are installed on some Redlock, no operation
+ * pays even a WeakMap look-up.
  */
 
 import type { ExecutionResult } from "./errors.ts";
@@ -25,5 +26,28 @@ export interface Hooks {
   extend(lock: Lock, run: () => Promise<Lock>): Promise<Lock>;
 }
 
+/** The hooks installed on Redlocks; a look-up costs nothing while none ever was. */
+class HookTable {
+  readonly #hooks = new WeakMap<object, Hooks>();
+  #installed = false;
+  /** The hooks of `target`, if any. */
+  get(target: object): Hooks | undefined {
+    return this.#installed ? this.#hooks.get(target) : undefined;
+  }
+  /** Whether `target` has hooks. */
+  has(target: object): boolean {
+    return this.#hooks.has(target);
+  }
+  /** Installs `hooks` on `target`. */
+  set(target: object, hooks: Hooks): void {
+    this.#installed = true;
+    this.#hooks.set(target, hooks);
+  }
+  /** Removes the hooks of `target`. */
+  delete(target: object): void {
+    this.#hooks.delete(target);
+  }
+}
+
 /** The hooks installed on each Redlock. */
-export const HOOKS: WeakMap<object, Hooks> = new WeakMap();
+export const HOOKS: HookTable = new HookTable();

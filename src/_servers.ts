@@ -173,13 +173,23 @@ export class Servers {
 
   /** One round of releases: settles on a quorum, like a vote. */
   release(send: Send, timeout: number, start: number): Promise<Ballot> {
-    return round<Vote, Ballot>(this.members, send, {
+    return this.releaseTo(send, timeout, (ballot) => ballot, start);
+  }
+
+  /** A round of releases that settles to what `settle` makes of the ballot. */
+  releaseTo<R>(
+    send: Send,
+    timeout: number,
+    settle: (ballot: Ballot) => R,
+    start: number = now(),
+  ): Promise<R> {
+    return round<Vote, R>(this.members, send, {
       timeout,
       start,
       onError: this.emit,
       done: this.decided,
       judge: released,
-      settle: (tally) => this.ballot(tally, start),
+      settle: (tally) => settle(this.ballot(tally, start)),
     });
   }
 

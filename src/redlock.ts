@@ -225,13 +225,12 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: AcquireOptions,
   ): Promise<Lock> {
     let request: AcquireRequest;
-    let timeout: number | undefined;
     try {
-      [request, timeout] = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
+      request = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#acquire(request, timeout);
+    return this.#acquire(request, request.timeout);
   }
 
   /**
@@ -261,7 +260,8 @@ export class Redlock extends EventTarget implements LockOwner {
     duration: number,
     options?: AcquireOptions,
   ): Promise<Lock | null> {
-    const [request, timeout] = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
+    const request = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
+    const { timeout } = request;
     try {
       return await this.#acquire({
         ...request,
@@ -411,7 +411,8 @@ export class Redlock extends EventTarget implements LockOwner {
       optionsOrRoutine,
       maybeRoutine,
     );
-    const [request, timeout] = this.#checkAcquire(resources, duration, options, KNOWN.using);
+    const request = this.#checkAcquire(resources, duration, options, KNOWN.using);
+    const { timeout } = request;
     const { settings } = request;
     const threshold = extensionThreshold(settings, duration);
     const lock = await this.#acquire(request, timeout);
@@ -707,7 +708,7 @@ export class Redlock extends EventTarget implements LockOwner {
     duration: unknown,
     options: AcquireOptions | undefined,
     known: ReadonlySet<string>,
-  ): [AcquireRequest, number | undefined] {
+  ): AcquireRequest {
     const keys = checkResources(resources);
     checkDuration(duration);
     const opts = checkCallOptions(options, known);
@@ -722,8 +723,9 @@ export class Redlock extends EventTarget implements LockOwner {
       signal: opts.signal,
       fencing,
       value,
+      timeout: opts.timeout,
     };
-    return [request, opts.timeout];
+    return request;
   }
 
   /** Acquires, bounded by `timeout` when given, through the hooks and with the event. */
@@ -769,6 +771,7 @@ export class Redlock extends EventTarget implements LockOwner {
   }
 
   #listened(type: string): boolean {
+    if (this.#listeners.size === 0) return false;
     const set = this.#listeners.get(type);
     return set !== undefined && set.size > 0;
   }
@@ -785,7 +788,7 @@ export class Redlock extends EventTarget implements LockOwner {
     const keys = lock.resources;
     const call = releaseCall(keys, lock.value, { reservation: settings.requestTimeout });
     const send = this.#servers.sender(RELEASE, call);
-    return this.#servers.release(send, settings.requestTimeout, now()).then((ballot) => {
+    return this.#servers.releaseTo(send, settings.requestTimeout, (ballot) => {
       if (!ballot.ok) {
         throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [
           ballot.stats,

@@ -135,6 +135,7 @@ export function acquireCall(
   terms: AcquireTerms,
 ): ScriptCall {
   const { duration, fencing, seat, queueLife } = terms;
+  if (!fencing && seat.kind === "none") return { keys: resources, args: [value, String(duration)] };
   const counters = fencing ? resources.map(fenceKey) : [];
   const queues = seat.kind === "none"
     ? []
@@ -142,7 +143,6 @@ export function acquireCall(
     ? resources.map(queueKey)
     : [queueKey(resources[0]!)];
   const keys = resources.concat(counters, queues);
-  if (!fencing && seat.kind === "none") return { keys, args: [value, String(duration)] };
   const ticket = seat.kind === "none" ? "" : seat.kind === "watcher" ? WATCHER : seat.ticket;
   return {
     keys,
