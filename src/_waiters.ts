@@ -52,6 +52,12 @@ function newChannel(servers: number): Channel {
 export const LINGER_MS = 100;
 
 /**
+ * ms an unsubscribe is waited for: a subscriber reconnecting to a server
+ * that is down may keep the command queued, and never answer it.
+ */
+const TIDY_MS = 1_000;
+
+/**
  * The shared release listener of a Redlock: one subscriber connection per
  * server, opened when the first acquire has to wait, subscribed to the
  * channels of the resources somebody waits for, and closed {@linkcode
@@ -323,7 +329,7 @@ export class Waiters {
     if (names.length === 0 || subscribers === undefined) return Promise.resolve();
     return this.#track(
       subscribers.then((list) =>
-        Promise.all(list.map((s) => s?.unsubscribe(names).catch(() => {})))
+        Promise.all(list.map((s) => s && within(s.unsubscribe(names).catch(() => {}), TIDY_MS)))
       ),
     );
   }
