@@ -40,7 +40,7 @@ import { stopOnSignal } from "./_signals.ts";
 import { type Impl, IMPLS, NODE_REDLOCK_DEFAULTS, type Settings, xImpl } from "./_impls.ts";
 import { describeMachine, machineLine } from "./_machine.ts";
 import { intArg, parseArgs } from "./_args.ts";
-import { table } from "./_report.ts";
+import { table, type Target, targetTable } from "./_report.ts";
 import { median } from "./_stats.ts";
 import { contention, handoff, interleaved, type Outcome, type Plan } from "./_workloads.ts";
 import { wireTrace } from "./_wire.ts";
@@ -385,7 +385,7 @@ const w1Ratio = (() => {
   }
   return ratios.length ? median(ratios) : null;
 })();
-const targets = [
+const targets: Target[] = [
   {
     name: `handoff p50 of ${NOTIFY.label} at ${far} ms one way`,
     goal: "≤ 1.5 RTT",
@@ -399,13 +399,7 @@ const targets = [
     met: w1Ratio === null ? null : w1Ratio >= 0.98,
   },
 ];
-sections.push(
-  "## Targets\n\n" +
-    table(
-      ["target", "goal", "value", "met"],
-      targets.map((t) => [t.name, t.goal, t.value, t.met === null ? "–" : t.met ? "yes" : "NO"]),
-    ),
-);
+sections.push(`## Targets\n\n${targetTable(targets)}`);
 console.log(sections.join("\n\n"));
 console.log(
   `\nMedians of ${reps} repetition(s); "÷ floor" of W1 in the targets is the median of ` +

@@ -33,7 +33,7 @@ import { closeAll, connectAll } from "./_connect.ts";
 import { type Impl, IMPLS } from "./_impls.ts";
 import { describeMachine, machineLine } from "./_machine.ts";
 import { parseArgs } from "./_args.ts";
-import { table } from "./_report.ts";
+import { table, type Target, targetTable } from "./_report.ts";
 import { median, percentile, sleep } from "./_stats.ts";
 import { interleaved, type Plan } from "./_workloads.ts";
 
@@ -419,7 +419,7 @@ const per100 = (() => {
   const hundred = resourcePoints.find((p) => p.impl === X.id && p.x === 100)?.msPerOp;
   return one && hundred ? hundred / one : null;
 })();
-const targets = largest
+const targets: Target[] = largest
   ? [
     {
       name: `${largest.waiters} waiters: share of grants that are handoffs`,
@@ -455,13 +455,7 @@ const targets = largest
     },
   ]
   : [];
-sections.push(
-  "## Targets\n\n" +
-    table(
-      ["target", "goal", "value", "met"],
-      targets.map((t) => [t.name, t.goal, t.value, t.met === null ? "–" : t.met ? "yes" : "NO"]),
-    ),
-);
+sections.push(`## Targets\n\n${targetTable(targets)}`);
 console.log(sections.join("\n\n"));
 console.log(`\nOne run; absolute figures are this machine's: ${machineLine(machine)}.`);
 

@@ -4,7 +4,7 @@
  */
 
 import { type RedisClient, toScriptClient } from "./clients.ts";
-import type { ExecutionStats } from "./errors.ts";
+import { ExecutionError, type ExecutionResult, type ExecutionStats } from "./errors.ts";
 import { RedlockErrorEvent } from "./error_event.ts";
 import type { LuaScript, ScriptCall } from "./scripts.ts";
 import { type Member, round, type Tally } from "./_quorum.ts";
@@ -171,25 +171,25 @@ export class Servers {
     });
   }
 
-  /** One round of releases: settles on a quorum, like a vote. */
-  release(send: Send, timeout: number, start: number): Promise<Ballot> {
-    return this.releaseTo(send, timeout, (ballot) => ballot, start);
-  }
-
-  /** A round of releases that settles to what `settle` makes of the ballot. */
-  releaseTo<R>(
-    send: Send,
-    timeout: number,
-    settle: (ballot: Ballot) => R,
-    start: number = now(),
-  ): Promise<R> {
-    return round<Vote, R>(this.members, send, {
+  /**
+   * One round of releases of `keys`: settles on a quorum, like a vote, to
+   * the round's stats; rejects with an `ExecutionError` without a quorum.
+   */
+  release(send: Send, timeout: number, keys: readonly string[]): Promise<ExecutionResult> {
+    const start = now();
+    return round<Vote, ExecutionResult>(this.members, send, {
       timeout,
       start,
       onError: this.emit,
       done: this.decided,
       judge: released,
-      settle: (tally) => settle(this.ballot(tally, start)),
+      settle: (tally) => {
+        const { ok, stats } = this.ballot(tally, start);
+        if (!ok) {
+          throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [stats]);
+        }
+        return { attempts: [stats] };
+      },
     });
   }
 

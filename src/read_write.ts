@@ -390,14 +390,10 @@ export class ReadWriteLock implements LockOwner {
     return contend(this.#context, request, acquire);
   }
 
-  async #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
+  #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
     const { servers } = this.#context;
     const send = releaser(servers, this.#keys, lock.value, this.#modes.get(lock)!);
-    const ballot = await servers.release(send, settings.requestTimeout, now());
-    if (!ballot.ok) {
-      throw new ExecutionError(`release of "${this.name}" did not reach a quorum`, [ballot.stats]);
-    }
-    return { attempts: [ballot.stats] };
+    return servers.release(send, settings.requestTimeout, [this.name]);
   }
 
   async #extend(

@@ -7,12 +7,7 @@
  */
 
 import type { RedisClient } from "./clients.ts";
-import {
-  ExecutionError,
-  type ExecutionResult,
-  LockLostError,
-  ResourceLockedError,
-} from "./errors.ts";
+import { type ExecutionResult, LockLostError, ResourceLockedError } from "./errors.ts";
 import { RedlockErrorEvent } from "./error_event.ts";
 import {
   LockAcquiredEvent,
@@ -787,15 +782,15 @@ export class Redlock extends EventTarget implements LockOwner {
   #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
     const keys = lock.resources;
     const call = releaseCall(keys, lock.value, { reservation: settings.requestTimeout });
-    const send = this.#servers.sender(RELEASE, call);
-    return this.#servers.releaseTo(send, settings.requestTimeout, (ballot) => {
-      if (!ballot.ok) {
-        throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [
-          ballot.stats,
-        ]);
-      }
-      if (this.#listened("released")) this.dispatchEvent(new LockReleasedEvent(lock));
-      return { attempts: [ballot.stats] };
+    const releasing = this.#servers.release(
+      this.#servers.sender(RELEASE, call),
+      settings.requestTimeout,
+      keys,
+    );
+    if (!this.#listened("released")) return releasing;
+    return releasing.then((result) => {
+      this.dispatchEvent(new LockReleasedEvent(lock));
+      return result;
     });
   }
 
