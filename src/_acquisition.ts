@@ -4,8 +4,8 @@
  * giving up).
  */
 
-import { ExecutionError, type ExecutionStats, ResourceLockedError } from "./errors.ts";
-import { Lock, type LockOwner } from "./lock.ts";
+import { ExecutionError, ResourceLockedError } from "./errors.ts";
+import { Lock, type LockInit, type LockOwner } from "./lock.ts";
 import {
   ACQUIRE,
   acquireCall,
@@ -18,7 +18,7 @@ import {
   type Seat,
 } from "./scripts.ts";
 import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from "./_servers.ts";
-import type { Listening, Waiters } from "./_waiters.ts";
+import type { Listening, Sleeper, Waiters } from "./_waiters.ts";
 import type { Member, Tally } from "./_quorum.ts";
 import { Conflict, VotesAgainst } from "./_votes.ts";
 import { AttemptLog } from "./_attempts.ts";
@@ -101,24 +101,34 @@ export function acquire(context: AcquireContext, request: AcquireRequest): Promi
   );
 }
 
+/** What `#wait()` returns when the acquire sleeps in the queue until `woken()`. */
+const NAPPING = Symbol("napping");
+
 /**
  * Every attempt after the first until the lock is had or given up: the
- * state of one acquire, each change of it in one method.
+ * state of one acquire, each change of it in one method. Asleep in a wait
+ * queue, an acquire is only this object (no suspended call): a release's
+ * message or the fallback time wakes it (`woken()`), and it takes its
+ * next turn.
  */
-class Acquisition {
-  readonly #servers: Servers;
-  readonly #waiters: Waiters;
-  readonly #owner: LockOwner;
+class Acquisition implements Sleeper {
+  readonly #context: AcquireContext;
   readonly #request: AcquireRequest;
   readonly #attempts: AttemptLog;
+  /** Settle the promise `run()` returned. */
+  #resolve!: (lock: Lock) => void;
+  #reject!: (reason: unknown) => void;
+  /** How many attempts were made, the lean first one counted. */
+  #tries = 0;
   /** How many rounds this acquire sent (the lean first attempt's not counted). */
   #rounds = 0;
   /** Where this acquire waits when a resource is held. */
   #seat: Seat = NO_SEAT;
-  /** ACQUIRE with the current seat. */
-  #script: Send;
-  /** What the next attempt sends: SET NX while the resource looks free, else `#script`. */
-  #send: Send;
+  /**
+   * Whether the next attempt sends a plain SET NX (see `#sender()`): while
+   * the one resource looks free and no fencing token is asked for.
+   */
+  #setIfAbsent: boolean;
   /** Whether the wait queues may still hold this acquire's value. */
   #queued = false;
   #listening: Listening | undefined;
@@ -130,6 +140,8 @@ class Acquisition {
   #releasedTo: Map<number, Promise<boolean>> | undefined;
   /** When the first attempt in the queue started: no server queued the value before. */
   #queuedAt: number | undefined;
+  /** When the sleep in the queue began. */
+  #napStart = 0;
   /**
    * ms of sleep earned and not yet slept: each failed attempt earns its
    * retry wait, so that however a release-notified acquire spreads its
@@ -138,20 +150,15 @@ class Acquisition {
   #allowance: number;
 
   constructor(context: AcquireContext, request: AcquireRequest) {
-    this.#servers = context.servers;
-    this.#waiters = context.waiters;
-    this.#owner = context.owner;
+    this.#context = context;
     this.#request = request;
     this.#attempts = new AttemptLog(context.servers.members.length, context.servers.quorum);
     this.#allowance = request.settings.retryCount === -1 ? Infinity : 0;
-    this.#script = this.#acquireScript();
-    const { keys, fencing, value, duration } = request;
-    // One resource without fencing: a plain SET NX, which costs the server a
-    // fifth of the script, as long as the resource looks free. After a
-    // conflict the script, which also tells the holder's TTL, saves the PTTL.
-    this.#send = this.#servers.plain && !fencing && keys.length === 1
-      ? setIfAbsent(keys[0]!, value, duration)
-      : this.#script;
+    this.#setIfAbsent = this.#servers.plain && !request.fencing && request.keys.length === 1;
+  }
+
+  get #servers(): Servers {
+    return this.#context.servers;
   }
 
   get #queueable(): boolean {
@@ -160,35 +167,79 @@ class Acquisition {
 
   /** Runs attempts after `first` (all of them, queued at once, when there is none). */
   run(first: Attempt | undefined): Promise<Lock> {
-    // A waiting acquire's frames keep its arguments: only the compact form of `first`.
-    return this.#run(first && kept(first));
+    const result = new Promise<Lock>((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    // Only the compact form of `first` is kept.
+    this.#turn(first && kept(first));
+    return result;
   }
 
-  async #run(first: Attempt | undefined): Promise<Lock> {
+  /**
+   * Makes attempts until the acquire has the lock, gives up, or sleeps in
+   * the queue: then `woken()` takes the next turn.
+   */
+  async #turn(first: Attempt | undefined): Promise<void> {
     try {
-      if (first === undefined && this.#queueable) await this.#join();
-      for (let n = 1;; n++) {
-        const { start, ballot } = n === 1 && first !== undefined ? first : await this.#attempt();
+      if (this.#tries === 0 && first === undefined && this.#queueable) await this.#join();
+      for (;;) {
+        const n = ++this.#tries;
+        const { start, ballot } = first ?? await this.#attempt();
+        first = undefined;
         this.#attempts.push(ballot.stats);
         if (this.#seat.kind === "queued") this.#queuedAt ??= start;
         const lock = await this.#grant(start, ballot);
-        if (lock !== undefined) return lock;
+        if (lock !== undefined) return this.#end(lock);
         const taken = this.#partial(ballot);
         const { retryCount } = this.#request.settings;
         if (retryCount !== -1 && n > retryCount) return await this.#giveUp(ballot, taken);
         this.#undo(taken, ballot);
-        const handed = await this.#wait(n, start, ballot);
-        if (handed !== undefined) return handed;
+        const next = await this.#wait(n, start, ballot);
+        if (next === NAPPING) return;
+        if (next !== undefined) return this.#end(next);
       }
-    } finally {
-      this.#leave(this.#servers.members);
-      if (this.#listening !== undefined) {
-        // A lock is handed out at once; otherwise the unsubscribe is waited
-        // for, but no longer than a request may take (a connection may hang).
-        const done = this.#listening.done();
-        if (!this.#granted) await within(done, this.#request.settings.requestTimeout);
-      }
+    } catch (error) {
+      this.#end(undefined, error);
     }
+  }
+
+  /** A release woke the queued acquire, or its time to ask again came. */
+  woken(): void {
+    this.#allowance -= now() - this.#napStart;
+    // In a microtask, as a promise's continuation would run: not inside a message's handler.
+    queueMicrotask(() => this.#resume());
+  }
+
+  /** After a sleep in the queue: the lock when a release handed it over, else the next turn. */
+  #resume(): void {
+    let lock: Lock | undefined;
+    try {
+      lock = this.#handoff();
+    } catch (error) {
+      return this.#end(undefined, error);
+    }
+    if (lock !== undefined) this.#end(lock);
+    else this.#turn(undefined);
+  }
+
+  /** The signal aborted the sleep in the queue. */
+  aborted(reason: unknown): void {
+    this.#end(undefined, reason);
+  }
+
+  /**
+   * Settles the acquire with `lock`, or else `error`: leaves the queues and
+   * ends the interest in releases. A lock is handed out at once; an error
+   * once the unsubscribe is done, but no later than a request may take (a
+   * connection may hang).
+   */
+  #end(lock: Lock | undefined, error?: unknown): void {
+    this.#leave(this.#servers.members);
+    const done = this.#listening?.done();
+    if (lock !== undefined) this.#resolve(lock);
+    else if (done === undefined) this.#reject(error);
+    else within(done, this.#request.settings.requestTimeout).then(() => this.#reject(error));
   }
 
   /** One round of votes; aborted mid-round, it releases whatever lands behind it. */
@@ -203,7 +254,7 @@ class Acquisition {
       : undefined;
     try {
       const ballot = await this.#servers.vote(
-        this.#send,
+        this.#sender(),
         keys,
         settings.requestTimeout,
         signal,
@@ -239,7 +290,8 @@ class Acquisition {
 
   #lock(until: number, token: number | undefined): Lock {
     this.#granted = true;
-    return newLock(this.#owner, this.#request, this.#attempts.list(), until, token);
+    const log = this.#attempts;
+    return newLock(this.#context.owner, this.#request, () => log.list(), until, token);
   }
 
   /**
@@ -310,10 +362,14 @@ class Acquisition {
    * takes a seat (queued, or watching) and retries at once. Returns the
    * lock when a release handed it over.
    */
-  async #wait(n: number, start: number, ballot: Ballot): Promise<Lock | undefined> {
+  async #wait(
+    n: number,
+    start: number,
+    ballot: Ballot,
+  ): Promise<Lock | typeof NAPPING | undefined> {
     const { settings, signal } = this.#request;
     const conflicts = ballot.stats.votesAgainst.conflicts;
-    if (conflicts > 0) this.#send = this.#script;
+    if (conflicts > 0) this.#setIfAbsent = false;
     const sleep = retryWait(settings, n);
     this.#allowance += sleep;
     if (settings.wait === "notify" && conflicts > 0) {
@@ -324,9 +380,9 @@ class Acquisition {
       if (this.#queueable) {
         if (this.#listening === undefined && await this.#join()) return undefined;
         if (this.#seat.kind === "queued") {
-          // (Returned, not awaited: a long queue's waits keep no frame of this method.)
-          const sleep = this.#sleep(start, Math.min(fallback, this.#recheck(ballot)));
-          return sleep.then(() => this.#handoff());
+          const ms = Math.min(fallback, this.#recheck(ballot));
+          this.#napStart = now();
+          return this.#listening!.sleep(start, ms, signal, this) ? NAPPING : this.#handoff();
         }
       } else {
         if (this.#listening === undefined && await this.#watch()) return undefined;
@@ -379,7 +435,7 @@ class Acquisition {
     // still land late, e.g. as an EVAL sent after NOSCRIPT.)
     const sent = [...this.#releasedTo ?? []];
     const [listening, answered] = await Promise.all([
-      this.#waiters.listen(keys, settings.requestTimeout, value),
+      this.#context.waiters.listen(keys, settings.requestTimeout, value),
       Promise.all(sent.map(([, reply]) => within(reply, settings.requestTimeout))),
     ]);
     sent.forEach(([server, reply], i) => {
@@ -389,10 +445,10 @@ class Acquisition {
     });
     this.#listening = listening;
     if (!listening.subscribed) return false;
-    this.#waiters.queued(keys[0]!);
+    this.#context.waiters.queued(keys[0]!);
     this.#seat = { kind: "queued", ticket: String(Date.now()) };
     this.#queued = true;
-    this.#send = this.#script = this.#acquireScript();
+    this.#setIfAbsent = false;
     return true;
   }
 
@@ -403,10 +459,10 @@ class Acquisition {
    */
   async #watch(): Promise<boolean> {
     const { keys, settings } = this.#request;
-    this.#listening = await this.#waiters.listen(keys, settings.requestTimeout);
+    this.#listening = await this.#context.waiters.listen(keys, settings.requestTimeout);
     if (!this.#listening.subscribed) return false;
     this.#seat = { kind: "watcher" };
-    this.#send = this.#script = this.#acquireScript();
+    this.#setIfAbsent = false;
     return true;
   }
 
@@ -482,13 +538,17 @@ class Acquisition {
     this.#queued = false;
   }
 
-  /** ACQUIRE with the current seat. */
-  #acquireScript(): Send {
-    const { keys, value } = this.#request;
-    return this.#servers.sender(
-      ACQUIRE,
-      acquireCall(keys, value, terms(this.#request, this.#seat)),
-    );
+  /**
+   * What the next attempt sends: a plain SET NX, which costs the server a
+   * fifth of the script, while `#setIfAbsent`; else ACQUIRE with the current
+   * seat, which also tells a holder's TTL (no PTTL after a conflict). Made
+   * for each attempt: a waiting acquire keeps none.
+   */
+  #sender(): Send {
+    const { keys, value, duration } = this.#request;
+    return this.#setIfAbsent
+      ? setIfAbsent(keys[0]!, value, duration)
+      : this.#servers.sender(ACQUIRE, acquireCall(keys, value, terms(this.#request, this.#seat)));
   }
 
   #releaser(mode: ReleaseMode): Send {
@@ -543,7 +603,7 @@ function abandon(servers: Servers, request: AcquireRequest): void {
 function newLock(
   owner: LockOwner,
   request: AcquireRequest,
-  attempts: readonly ExecutionStats[],
+  attempts: LockInit["attempts"],
   until: number,
   fencingToken: number | undefined,
 ): Lock {
@@ -551,7 +611,7 @@ function newLock(
     owner,
     resources: Object.freeze(request.keys),
     value: request.value,
-    attempts: Object.freeze(attempts),
+    attempts,
     validUntil: until,
     fencingToken,
   });

@@ -15,12 +15,13 @@ export class AttemptLog {
   readonly #membershipSize: number;
   readonly #quorumSize: number;
   /**
-   * Per attempt: its elapsed ms, how many servers voted for and which, then
-   * the conflicts (see `VotesAgainst.pack()`); or WHOLE and an index.
+   * Per attempt: its elapsed µs, how many servers voted for and which, then
+   * the conflicts (see `VotesAgainst.pack()`); or WHOLE and an index. (Whole
+   * µs keep the array of small integers, half the size of one of doubles.)
    */
-  readonly #packed: number[] = [];
+  #packed: number[] = [];
   /** Attempts that do not pack (a server failed): kept as they are. */
-  readonly #whole: ExecutionStats[] = [];
+  #whole: ExecutionStats[] | undefined;
 
   constructor(membershipSize: number, quorumSize: number) {
     this.#membershipSize = membershipSize;
@@ -28,15 +29,17 @@ export class AttemptLog {
   }
 
   push(stats: ExecutionStats): void {
-    const packed = this.#packed;
-    const mark = packed.length;
     if (stats.membershipSize === this.#membershipSize && stats.quorumSize === this.#quorumSize) {
-      packed.push(stats.elapsed, stats.votesFor.length, ...stats.votesFor);
-      if (packAgainst(stats.votesAgainst, packed)) return;
-      packed.length = mark;
+      const entry = [Math.round(stats.elapsed * 1000), stats.votesFor.length, ...stats.votesFor];
+      // (concat, not push: the log is kept at its size, without room to grow.)
+      if (packAgainst(stats.votesAgainst, entry)) {
+        this.#packed = this.#packed.concat(entry);
+        return;
+      }
     }
-    packed.push(WHOLE, this.#whole.length);
-    this.#whole.push(stats);
+    const whole = this.#whole ??= [];
+    this.#packed = this.#packed.concat(WHOLE, whole.length);
+    whole.push(stats);
   }
 
   /** Every attempt's stats. */
@@ -45,11 +48,11 @@ export class AttemptLog {
     const list: ExecutionStats[] = [];
     for (let at = 0; at < packed.length;) {
       if (packed[at] === WHOLE) {
-        list.push(this.#whole[packed[at + 1]!]!);
+        list.push(this.#whole![packed[at + 1]!]!);
         at += 2;
         continue;
       }
-      const elapsed = packed[at]!;
+      const elapsed = packed[at]! / 1000;
       const count = packed[at + 1]!;
       const votesFor = packed.slice(at + 2, at + 2 + count);
       const [votesAgainst, next] = VotesAgainst.unpack(packed, at + 2 + count);

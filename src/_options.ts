@@ -36,6 +36,9 @@ const SETTINGS = [
   "wait",
 ] as const;
 
+/** Every field of `Settings`. */
+const FIELDS = [...SETTINGS, "automaticExtensionThreshold", "thresholdSet"] as const;
+
 /** The option names each kind of call takes. */
 export const KNOWN = {
   redlock: new Set([...SETTINGS, "automaticExtensionThreshold", "subscriber"]),
@@ -107,7 +110,8 @@ export function checkSettings(options: RedlockOptions, base: Settings, name: str
       below: MAX_DURATION + 1,
     });
   }
-  return s;
+  // Options that change nothing share `base`: thousands of acquires may wait at once.
+  return FIELDS.every((key) => s[key] === base[key]) ? base : s;
 }
 
 /** The settings of a release: `base`, or with the `requestTimeout` of `options`. */

@@ -204,23 +204,18 @@ function unwatch(entry: Pending): void {
 }
 
 /**
- * A callback due at a monotonic instant, kept by the shared sweeper above
+ * A callback due at a monotonic instant (a subclass's `ring()`), kept by the shared sweeper above
  * instead of a timer of its own: setting, moving and cancelling it costs no
  * timer while the sweeper runs anyway (while rounds are in flight), a long
  * alarm costs one timer however long it is, and nothing is left behind for
  * longer than {@linkcode IDLE_MS}. It fires once per `at()` (not after
  * `cancel()`), to the ms like a timer (up to `slack` ms later when given).
  */
-export class Alarm implements Pending {
+export abstract class Alarm implements Pending {
   deadline = Infinity;
   readonly brief = false;
   prev: Pending | undefined = undefined;
   next: Pending | undefined = undefined;
-  readonly #fire: () => void;
-
-  constructor(fire: () => void) {
-    this.#fire = fire;
-  }
 
   /**
    * (Re)sets the alarm to `deadline`, or up to `slack` ms later if that
@@ -239,8 +234,11 @@ export class Alarm implements Pending {
 
   expire(): void {
     unwatch(this);
-    this.#fire();
+    this.ring();
   }
+
+  /** What the alarm does when it goes off. */
+  protected abstract ring(): void;
 }
 
 /**

@@ -8,22 +8,23 @@ import {
 import { now } from "./_time.ts";
 import { within } from "./_delay.ts";
 
+/** A subscribed channel, shared by every acquire that listens to it. */
 interface Channel {
   /** Acquires that hold an interest in the channel. */
   holders: number;
-  /** The acquires waiting now; checked on every release message. */
-  readonly wakers: Set<Nap>;
+  /** The acquires sleeping now; checked on every release message. */
+  readonly wakers: Set<Interest>;
   /** When the subscription was confirmed by at least one server (monotonic). */
   subscribedAt: number;
   /** How many servers confirmed the subscription. */
   confirmed: number;
   /** When a release message last arrived from each server (monotonic). */
   readonly releasedAt: number[];
-  /** Which servers named the acquire in a wake message (its own record only). */
-  readonly handed: boolean[];
   /** Settles once the subscribe requests have answered or timed out. */
   ready: Promise<void>;
 }
+
+const READY: Promise<void> = Promise.resolve();
 
 /**
  * ms a waiter, woken by the release message of one server, waits at least
@@ -39,8 +40,7 @@ function newChannel(servers: number): Channel {
     subscribedAt: Infinity,
     confirmed: 0,
     releasedAt: new Array<number>(servers).fill(-Infinity),
-    handed: new Array<boolean>(servers).fill(false),
-    ready: Promise.resolve(),
+    ready: READY,
   };
 }
 
@@ -70,8 +70,11 @@ export class Waiters {
   readonly #channels = new Map<string, Channel>();
   /** The Redlock's wake channel. */
   readonly #wake: string;
+  /** `[#wake]`, and `[its channel]` once made: one pair for every queued acquire. */
+  readonly #wakeNames: readonly string[];
+  #wakeChannels: Channel[] = [];
   /** The queued acquires, by lock value: what their wake messages tell. */
-  readonly #named = new Map<string, Channel>();
+  readonly #named = new Map<string, Interest>();
   #subscribers: Promise<(ReleaseSubscriber | null)[]> | undefined;
   /** The closing of the connections, while it is under way. */
   #closing: Promise<void> | undefined;
@@ -97,6 +100,7 @@ export class Waiters {
     onError: (error: Error, member: Member) => void,
   ) {
     this.#wake = wakeChannel(id);
+    this.#wakeNames = [this.#wake];
     this.#members = members;
     this.#factory = factory;
     this.#onError = onError;
@@ -122,7 +126,7 @@ export class Waiters {
     // Connections closing from an earlier wait are given at most a request's
     // time: one to a dead server may never report that it closed.
     if (this.#closing !== undefined) await within(this.#closing, timeout);
-    const names = value === undefined ? keys.map(releaseChannel) : [this.#wake];
+    const names = value === undefined ? keys.map(releaseChannel) : this.#wakeNames;
     // Channels kept from earlier waits that nobody needs now.
     const stale: string[] = [];
     for (const [name, channel] of this.#channels) {
@@ -133,7 +137,7 @@ export class Waiters {
     }
     this.#unsubscribe(stale);
     const fresh: string[] = [];
-    const channels = names.map((name) => {
+    let channels = names.map((name) => {
       let channel = this.#channels.get(name);
       if (channel === undefined) {
         channel = newChannel(this.#members.length);
@@ -147,25 +151,34 @@ export class Waiters {
       const ready = this.#subscribe(fresh, timeout);
       for (const name of fresh) this.#channels.get(name)!.ready = ready;
     }
-    await Promise.all(channels.map((c) => c.ready));
-    let waitOn = channels;
     if (value !== undefined) {
-      // Wake messages name the acquire; it waits on its own record of them.
-      const named = newChannel(this.#members.length);
-      named.subscribedAt = -Infinity;
-      named.confirmed = channels[0]!.confirmed;
-      this.#named.set(value, named);
-      waitOn = [named];
+      if (this.#wakeChannels[0] !== channels[0]) this.#wakeChannels = channels;
+      channels = this.#wakeChannels;
     }
+    await Promise.all(channels.map((c) => c.ready));
     const subscribed = channels.some((c) => c.subscribedAt !== Infinity);
-    const quorum = Math.floor(this.#members.length / 2) + 1;
-    return new Interest(this, { names, channels, waitOn, value, quorum }, subscribed);
+    const interest = new Interest(this, { names, channels, value, subscribed });
+    if (value !== undefined) this.#named.set(value, interest);
+    return interest;
   }
 
-  /** Ends an interest (see `Listening.done()`). */
-  forget(interest: InterestOf): Promise<void> {
-    if (interest.value !== undefined) this.#named.delete(interest.value);
-    return this.#forget(interest.names, interest.channels);
+  /** How many servers there are. */
+  get servers(): number {
+    return this.#members.length;
+  }
+
+  /** How many servers' release messages make a release. */
+  get quorum(): number {
+    return Math.floor(this.#members.length / 2) + 1;
+  }
+
+  /** Ends `interest`, which listens to `channels` (see `Listening.done()`). */
+  forget(
+    interest: Interest,
+    { names, channels, value }: Omit<InterestOf, "subscribed">,
+  ): Promise<void> {
+    if (value !== undefined && this.#named.get(value) === interest) this.#named.delete(value);
+    return this.#forget(names, channels);
   }
 
   /**
@@ -212,22 +225,17 @@ export class Waiters {
   }
 
   #open(timeout: number): Promise<(ReleaseSubscriber | null)[]> {
-    const mark = (entry: Channel, server: number) => {
-      entry.releasedAt[server] = now();
-      for (const nap of entry.wakers) nap.check();
-    };
     const onMessage = (channel: string, server: number, message: string | undefined) => {
       if (channel !== this.#wake) {
         const entry = this.#channels.get(channel);
-        if (entry !== undefined) mark(entry, server);
+        if (entry === undefined) return;
+        entry.releasedAt[server] = now();
+        for (const interest of entry.wakers) interest.check();
       } else if (message === undefined) {
         // A subscriber that does not tell the message: wake them all to try.
-        for (const entry of this.#named.values()) mark(entry, server);
+        for (const interest of this.#named.values()) interest.heardFrom(server, false);
       } else {
-        const entry = this.#named.get(message);
-        if (entry === undefined) return;
-        entry.handed[server] = true;
-        mark(entry, server);
+        this.#named.get(message)?.heardFrom(server, true);
       }
     };
     this.#subscribers ??= Promise.all(this.#members.map(async (member, i) => {
@@ -345,128 +353,169 @@ const RELEASED = Object.freeze({
   quorum: 2,
 });
 
+/** What `count` release messages tell when `confirmed` servers subscribed (see `RELEASED`). */
+function released(count: number, confirmed: number, quorum: number): number {
+  if (count >= Math.min(quorum, Math.max(1, confirmed))) return RELEASED.quorum;
+  return count > 0 ? RELEASED.some : RELEASED.none;
+}
+
+/** How many of `times` are after `since`. */
+function countAfter(times: readonly number[], since: number): number {
+  let count = 0;
+  for (const at of times) if (at > since) count++;
+  return count;
+}
+
+/** What `Waiters.listen()` registers for one acquire. */
+interface InterestOf {
+  readonly names: readonly string[];
+  readonly channels: Channel[];
+  /** The queued acquire's value, whose wake messages it keeps its own record of. */
+  readonly value: string | undefined;
+  readonly subscribed: boolean;
+}
+
 /**
- * One acquire's sleep until a release after `since` (see `Waiters.listen`):
- * one object per wait, as thousands of acquires may wait at once.
+ * A {@linkcode Listening} and its sleeps: one object per acquire (also the
+ * alarm of its sleep), as thousands of acquires may wait at once.
  */
-class Nap {
-  readonly #channels: readonly Channel[];
-  readonly #since: number;
-  readonly #quorum: number;
-  /** The fallback, moved closer once a server announced a release (see `Alarm`). */
-  readonly #alarm = new Alarm(() => this.#wake());
+class Interest extends Alarm implements Listening {
+  readonly subscribed: boolean;
+  readonly #waiters: Waiters;
+  readonly #names: readonly string[];
+  readonly #channels: Channel[];
+  readonly #value: string | undefined;
+  /**
+   * A queued acquire's own record of the wake messages (each made with the
+   * first: most waiters in a long queue have none yet): when each server's
+   * last came, which servers named it (handed it the key or reserved it),
+   * and how many servers had subscribed.
+   */
+  #releasedAt: number[] | undefined;
+  #handed: number[] | undefined;
+  readonly #confirmed: number;
+  #done = false;
+  /** The sleep under way: since when releases count, who is told, what aborts it. */
+  #since = 0;
+  #sleeper: Sleeper | undefined;
   #signal: AbortSignal | undefined;
-  #resolve: (() => void) | undefined;
-  #reject: ((reason: unknown) => void) | undefined;
 
-  constructor(channels: readonly Channel[], since: number, quorum: number) {
-    this.#channels = channels;
+  constructor(waiters: Waiters, of: InterestOf) {
+    super();
+    this.#waiters = waiters;
+    this.#names = of.names;
+    this.#channels = of.channels;
+    this.#value = of.value;
+    this.subscribed = of.subscribed;
+    this.#confirmed = of.channels[0]?.confirmed ?? 0;
+  }
+
+  heard(): number[] {
+    return this.#handed?.slice().sort((a, b) => a - b) ?? [];
+  }
+
+  sleep(since: number, ms: number, signal: AbortSignal | undefined, sleeper: Sleeper): boolean {
+    signal?.throwIfAborted();
     this.#since = since;
-    this.#quorum = quorum;
-  }
-
-  released(): number {
-    let state: number = RELEASED.none;
-    for (const channel of this.#channels) {
-      if (channel.subscribedAt > this.#since) return RELEASED.quorum;
-      let count = 0;
-      for (const at of channel.releasedAt) if (at > this.#since) count++;
-      if (count >= Math.min(this.#quorum, Math.max(1, channel.confirmed))) return RELEASED.quorum;
-      if (count > 0) state = RELEASED.some;
-    }
-    return state;
-  }
-
-  /** Resolves on a release (or `ms` later); rejects when `signal` aborts. */
-  sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-    const promise = new Promise<void>((resolve, reject) => {
-      this.#resolve = resolve;
-      this.#reject = reject;
-    });
+    const state = this.#released();
+    if (state === RELEASED.quorum) return false;
     const t = now();
-    this.#alarm.at(t + ms, 0, t);
+    this.at(t + ms, 0, t);
+    this.#sleeper = sleeper;
     this.#signal = signal;
     signal?.addEventListener("abort", this, { once: true });
-    for (const channel of this.#channels) channel.wakers.add(this);
-    if (this.released() === RELEASED.some) this.#straggle(t);
-    return promise;
+    if (this.#value === undefined) {
+      for (const channel of this.#channels) channel.wakers.add(this);
+    }
+    if (state === RELEASED.some) this.#straggle(t);
+    return true;
+  }
+
+  wait(since: number, ms: number, signal: AbortSignal | undefined): Promise<void> {
+    return new Promise((woken, aborted) => {
+      if (!this.sleep(since, ms, signal, { woken, aborted })) woken();
+    });
+  }
+
+  /** A wake message from `server` that named this acquire (`handed`) or did not tell whom. */
+  heardFrom(server: number, handed: boolean): void {
+    this.#releasedAt ??= new Array<number>(this.#waiters.servers).fill(-Infinity);
+    this.#releasedAt[server] = now();
+    if (handed && !this.#handed?.includes(server)) (this.#handed ??= []).push(server);
+    this.check();
   }
 
   /** A release message came: wakes at a quorum, else waits a little for the others. */
   check(): void {
-    const state = this.released();
+    if (this.#sleeper === undefined) return;
+    const state = this.#released();
     if (state === RELEASED.quorum) this.#wake();
     else if (state === RELEASED.some) this.#straggle(now());
   }
 
   /** The signal aborted. */
   handleEvent(): void {
-    const reject = this.#reject;
-    this.#finish();
-    reject?.(this.#signal!.reason);
-  }
-
-  /** A straggler may wake it up to STRAGGLER_MS late (the sweeper's slack). */
-  #straggle(t: number): void {
-    if (this.#alarm.deadline > t + STRAGGLER_MS) this.#alarm.at(t + STRAGGLER_MS, STRAGGLER_MS, t);
-  }
-
-  #wake(): void {
-    const resolve = this.#resolve;
-    this.#finish();
-    resolve?.();
-  }
-
-  #finish(): void {
-    this.#alarm.cancel();
-    this.#signal?.removeEventListener("abort", this);
-    for (const channel of this.#channels) channel.wakers.delete(this);
-    this.#resolve = this.#reject = undefined;
-  }
-}
-
-/** What `Waiters.listen()` registered for one acquire. */
-interface InterestOf {
-  readonly names: readonly string[];
-  readonly channels: Channel[];
-  /** The channels it waits on: its own record of wake messages when queued. */
-  readonly waitOn: readonly Channel[];
-  /** The queued acquire's value. */
-  readonly value: string | undefined;
-  readonly quorum: number;
-}
-
-/** A {@linkcode Listening}: one object per acquire, as thousands may wait at once. */
-class Interest implements Listening {
-  readonly subscribed: boolean;
-  readonly #waiters: Waiters;
-  readonly #of: InterestOf;
-  #done = false;
-
-  constructor(waiters: Waiters, of: InterestOf, subscribed: boolean) {
-    this.#waiters = waiters;
-    this.#of = of;
-    this.subscribed = subscribed;
-  }
-
-  heard(): number[] {
-    const servers: number[] = [];
-    this.#of.waitOn[0]!.handed.forEach((handed, server) => handed && servers.push(server));
-    return servers;
-  }
-
-  wait(since: number, ms: number, signal: AbortSignal | undefined): Promise<void> {
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    const { waitOn, quorum } = this.#of;
-    const nap = new Nap(waitOn, since, quorum);
-    return nap.released() === RELEASED.quorum ? Promise.resolve() : nap.sleep(ms, signal);
+    const reason = this.#signal?.reason;
+    this.#finish()?.aborted(reason);
   }
 
   done(): Promise<void> {
     if (this.#done) return Promise.resolve();
     this.#done = true;
-    return this.#waiters.forget(this.#of);
+    return this.#waiters.forget(this, {
+      names: this.#names,
+      channels: this.#channels,
+      value: this.#value,
+    });
   }
+
+  protected override ring(): void {
+    this.#wake();
+  }
+
+  #released(): number {
+    const quorum = this.#waiters.quorum;
+    const since = this.#since;
+    if (this.#value !== undefined) {
+      const count = this.#releasedAt === undefined ? 0 : countAfter(this.#releasedAt, since);
+      return released(count, this.#confirmed, quorum);
+    }
+    let state: number = RELEASED.none;
+    for (const channel of this.#channels) {
+      if (channel.subscribedAt > since) return RELEASED.quorum;
+      const of = released(countAfter(channel.releasedAt, since), channel.confirmed, quorum);
+      if (of === RELEASED.quorum) return of;
+      if (of === RELEASED.some) state = of;
+    }
+    return state;
+  }
+
+  /** A straggler may wake it up to STRAGGLER_MS late (the sweeper's slack). */
+  #straggle(t: number): void {
+    if (this.deadline > t + STRAGGLER_MS) this.at(t + STRAGGLER_MS, STRAGGLER_MS, t);
+  }
+
+  #wake(): void {
+    this.#finish()?.woken();
+  }
+
+  /** Ends the sleep under way; returns whom to tell. */
+  #finish(): Sleeper | undefined {
+    const sleeper = this.#sleeper;
+    this.cancel();
+    this.#signal?.removeEventListener("abort", this);
+    for (const channel of this.#channels) channel.wakers.delete(this);
+    this.#sleeper = this.#signal = undefined;
+    return sleeper;
+  }
+}
+
+/** Who a sleep of a {@linkcode Listening} tells how it ended. */
+export interface Sleeper {
+  /** A release came, or the sleep's time ran out. */
+  woken(): void;
+  /** The sleep's signal aborted with `reason`. */
+  aborted(reason: unknown): void;
 }
 
 /** An acquire's interest in some releases. */
@@ -478,7 +527,14 @@ export interface Listening {
    * reserved it), when it listens with a value.
    */
   heard(): number[];
-  /** Sleeps until a release after `since` or `ms` passed; rejects on abort. */
+  /**
+   * Sleeps until a release after `since` or `ms` passed, then tells
+   * `sleeper`; false, without sleeping, when such a release came already.
+   * Throws `signal.reason` when it aborted, and tells `sleeper` when it
+   * aborts later.
+   */
+  sleep(since: number, ms: number, signal: AbortSignal | undefined, sleeper: Sleeper): boolean;
+  /** Sleeps as `sleep()` does; rejects on abort. */
   wait(since: number, ms: number, signal: AbortSignal | undefined): Promise<void>;
   /**
    * Ends the interest, and unsubscribes (or, when nobody else waits, keeps

@@ -55,8 +55,11 @@ export interface LockInit {
   readonly resources: readonly string[];
   /** The random value that marks the lock as ours on every server. */
   readonly value: string;
-  /** The stats of every attempt it took. */
-  readonly attempts: readonly ExecutionStats[];
+  /**
+   * The stats of every attempt it took, or what makes them when they are
+   * first read (a lock kept long need not keep them as objects).
+   */
+  readonly attempts: readonly ExecutionStats[] | (() => readonly ExecutionStats[]);
   /** The `performance.now()` instant at which the lock stops being valid. */
   readonly validUntil: number;
   /** The fencing token, when one was asked for. */
@@ -107,13 +110,6 @@ export class Lock implements AsyncDisposable {
    */
   readonly value: string;
   /**
-   * The stats of every attempt it took, oldest first: what the servers
-   * answered until each attempt settled. (An acquire that waits keeps them
-   * in a compact form and makes these objects when it gets the lock, or
-   * the `ExecutionError` when it gives up.)
-   */
-  readonly attempts: readonly ExecutionStats[];
-  /**
    * When the lock stops being valid, in ms since the epoch (the `Date.now()`
    * time base), computed from the monotonic clock.
    */
@@ -125,6 +121,7 @@ export class Lock implements AsyncDisposable {
   readonly fencingToken: number | undefined;
   readonly #owner: LockOwner;
   readonly #validUntil: number;
+  #attempts: readonly ExecutionStats[] | (() => readonly ExecutionStats[]);
   #released = false;
 
   /**
@@ -137,10 +134,23 @@ export class Lock implements AsyncDisposable {
     this.#owner = init.owner;
     this.resources = frozen(init.resources);
     this.value = init.value;
-    this.attempts = frozen(init.attempts);
+    this.#attempts = init.attempts;
     this.#validUntil = init.validUntil;
     this.expiration = toEpoch(init.validUntil);
     this.fencingToken = init.fencingToken;
+  }
+
+  /**
+   * The stats of every attempt it took, oldest first: what the servers
+   * answered until each attempt settled. (An acquire that waits keeps them
+   * in a compact form, and makes these objects when they are first read or
+   * the `ExecutionError` when it gives up.)
+   *
+   * @returns The attempts, frozen.
+   */
+  get attempts(): readonly ExecutionStats[] {
+    if (typeof this.#attempts === "function") this.#attempts = this.#attempts();
+    return this.#attempts = frozen(this.#attempts);
   }
 
   /** The ms of validity left on the monotonic clock; 0 once expired or released. */

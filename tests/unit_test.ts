@@ -195,28 +195,40 @@ Deno.test("round(): rounds for several IDLE_MS in a row share one timer, which s
   }
 });
 
+/** An Alarm that calls `fire` when it goes off. */
+class CallbackAlarm extends Alarm {
+  readonly #fire: () => void;
+  constructor(fire: () => void) {
+    super();
+    this.#fire = fire;
+  }
+  protected override ring(): void {
+    this.#fire();
+  }
+}
+
 Deno.test("Alarm fires once at its deadline, moves, cancels, and shares the one sweeper", async () => {
   const timers = watchTimers();
   try {
     const fired: string[] = [];
     const start = performance.now();
     let firedAt = 0;
-    const early = new Alarm(() => {
+    const early = new CallbackAlarm(() => {
       fired.push("early");
       firedAt = performance.now() - start;
     });
-    const cancelled = new Alarm(() => fired.push("cancelled"));
-    const moved = new Alarm(() => fired.push("moved"));
+    const cancelled = new CallbackAlarm(() => fired.push("cancelled"));
+    const moved = new CallbackAlarm(() => fired.push("moved"));
     early.at(start + 30);
     cancelled.at(start + 20);
     moved.at(start + 5_000);
     cancelled.cancel();
     moved.at(start + 60);
-    const near = new Alarm(() => fired.push("near"));
+    const near = new CallbackAlarm(() => fired.push("near"));
     near.at(start + 5);
     // a deadline with slack rides on the sweeper already due (for `near`): no timer of its own
     const made = timers.made();
-    const slack = new Alarm(() => fired.push("slack"));
+    const slack = new CallbackAlarm(() => fired.push("slack"));
     slack.at(performance.now() + 1, IDLE_MS);
     assert.equal(timers.made(), made, "an alarm with slack made a timer");
     await sleep(150);
@@ -245,21 +257,21 @@ Deno.test("a long Alarm alone costs one timer, and none once cancelled", async (
         });
       });
     const made = timers.made();
-    await firing((fire) => new Alarm(fire).at(performance.now() + 200));
+    await firing((fire) => new CallbackAlarm(fire).at(performance.now() + 200));
     // one timer for the alarm, one for the guard: the sweeper did not tick while it was far off
     assert.equal(timers.made() - made, 2);
     assert.equal(timers.live(), 0);
-    const cancelled = new Alarm(() => assert.fail("a cancelled alarm fired"));
+    const cancelled = new CallbackAlarm(() => assert.fail("a cancelled alarm fired"));
     cancelled.at(performance.now() + 60_000);
     assert.equal(timers.live(), 1);
     cancelled.cancel();
     assert.equal(timers.live(), 0, "a cancelled far-off alarm left its timer");
     // one cancelled by an earlier one due in the same sweep does not fire
     let second = 0;
-    const later = new Alarm(() => second++);
+    const later = new CallbackAlarm(() => second++);
     const at = performance.now() + 20;
     await firing((fire) => {
-      new Alarm(() => {
+      new CallbackAlarm(() => {
         later.cancel();
         fire();
       }).at(at);
