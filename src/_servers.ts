@@ -203,12 +203,20 @@ export class Servers {
    * Returns, per member, whether its request answered.
    */
   quietly(send: Send, members: readonly Member[]): Promise<boolean>[] {
-    return members.map((member) =>
-      send(member).then(() => true, (error) => {
+    return members.map((member) => {
+      let request: Promise<unknown>;
+      try {
+        request = send(member);
+      } catch (error) {
+        // A client that throws instead of rejecting: as `round()` does, a failure like any other
+        // (an acquire ending in the queue sends these from an abort listener or a microtask).
+        request = Promise.reject(error);
+      }
+      return request.then(() => true, (error) => {
         this.emit(error instanceof Error ? error : new Error(String(error)), member);
         return false;
-      })
-    );
+      });
+    });
   }
 
   /** Runs `script` on one server; `judge` checks and converts its reply. */
