@@ -188,6 +188,13 @@ async function stress(kind: Kind): Promise<Tally> {
     await Promise.all(workers);
     stopped = true;
     await faults;
+    // every interest forgotten: the subscriber connections close LINGER_MS after the last wait
+    await sleep(Number(Deno.env.get("STRESS_LINGER_WAIT") ?? 1_000));
+    for (const server of env.servers.servers) {
+      const list = await server.command("CLIENT", "LIST");
+      const subscribed = list.split("\n").filter((line) => /\bsub=[1-9]/.test(line));
+      assert.equal(subscribed.length, 0, `subscribers left on ${server.port}: ${subscribed}`);
+    }
   } finally {
     stopped = true;
     await Promise.all(redlocks.map((r) => r[Symbol.asyncDispose]()));
