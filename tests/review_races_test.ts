@@ -124,3 +124,22 @@ Deno.test("a wake message that came while the queued acquire's attempt was in fl
     assert.equal(attempts, 9, "no attempt after the wake: a handoff");
     await result.release();
   }));
+
+Deno.test("a watching acquire (two resources) aborted asleep rejects with the reason at once", () =>
+  withGate(2_000, async (gate, holder, waiter) => {
+    const keys = ["{w}:a", "{w}:b"];
+    const held = await holder.acquire(keys, 10_000);
+    const controller = new AbortController();
+    const waiting = waiter.acquire(keys, 5_000, { signal: controller.signal });
+    waiting.catch(() => {});
+    await gate.sent({ script: "acquire", nth: 2 }, 3); // the watching attempt
+    await sleep(200); // asleep until a release (or the 2 s fallback)
+    const t = performance.now();
+    controller.abort(new Error("aborted asleep"));
+    const result = await settle(waiting, 3_000);
+    const ms = performance.now() - t;
+    console.log(`watcher aborted: ${typeof result === "string" ? result : "lock"} after ${ms} ms`);
+    assert.equal(result, "rejected Error: aborted asleep");
+    assert.ok(ms < 1_000, `${ms} ms`);
+    await held.release();
+  }));
