@@ -172,7 +172,7 @@ class Acquisition implements Sleeper {
       this.#reject = reject;
     });
     // Only the compact form of `first` is kept.
-    this.#turn(first && kept(first));
+    this.#next(first && kept(first));
     return result;
   }
 
@@ -220,7 +220,12 @@ class Acquisition implements Sleeper {
       return this.#end(undefined, error);
     }
     if (lock !== undefined) this.#end(lock);
-    else this.#turn(undefined);
+    else this.#next(undefined);
+  }
+
+  /** Takes the next turn; whatever goes wrong settles the acquire (nobody awaits the turn). */
+  #next(first: Attempt | undefined): void {
+    this.#turn(first).catch((error) => this.#reject(error));
   }
 
   /** The signal aborted the sleep in the queue. */
@@ -235,8 +240,14 @@ class Acquisition implements Sleeper {
    * connection may hang).
    */
   #end(lock: Lock | undefined, error?: unknown): void {
-    this.#leave(this.#servers.members);
-    const done = this.#listening?.done();
+    let done: Promise<void> | undefined;
+    try {
+      this.#leave(this.#servers.members);
+      done = this.#listening?.done();
+    } catch (failure) {
+      // Only a broken client throws here; the acquire settles all the same.
+      return this.#reject(failure);
+    }
     if (lock !== undefined) this.#resolve(lock);
     else if (done === undefined) this.#reject(error);
     else within(done, this.#request.settings.requestTimeout).then(() => this.#reject(error));

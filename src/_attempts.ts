@@ -15,11 +15,10 @@ export class AttemptLog {
   readonly #membershipSize: number;
   readonly #quorumSize: number;
   /**
-   * Per attempt: its elapsed µs, how many servers voted for and which, then
-   * the conflicts (see `VotesAgainst.pack()`); or WHOLE and an index. (Whole
-   * µs keep the array of small integers, half the size of one of doubles.)
+   * Per attempt: its elapsed ms, how many servers voted for and which, then
+   * the conflicts (see `VotesAgainst.pack()`); or WHOLE and an index.
    */
-  #packed: number[] = [];
+  readonly #packed: number[] = [];
   /** Attempts that do not pack (a server failed): kept as they are. */
   #whole: ExecutionStats[] | undefined;
 
@@ -29,16 +28,15 @@ export class AttemptLog {
   }
 
   push(stats: ExecutionStats): void {
+    const packed = this.#packed;
+    const mark = packed.length;
     if (stats.membershipSize === this.#membershipSize && stats.quorumSize === this.#quorumSize) {
-      const entry = [Math.round(stats.elapsed * 1000), stats.votesFor.length, ...stats.votesFor];
-      // (concat, not push: the log is kept at its size, without room to grow.)
-      if (packAgainst(stats.votesAgainst, entry)) {
-        this.#packed = this.#packed.concat(entry);
-        return;
-      }
+      packed.push(stats.elapsed, stats.votesFor.length, ...stats.votesFor);
+      if (packAgainst(stats.votesAgainst, packed)) return;
+      packed.length = mark;
     }
     const whole = this.#whole ??= [];
-    this.#packed = this.#packed.concat(WHOLE, whole.length);
+    packed.push(WHOLE, whole.length);
     whole.push(stats);
   }
 
@@ -52,7 +50,7 @@ export class AttemptLog {
         at += 2;
         continue;
       }
-      const elapsed = packed[at]! / 1000;
+      const elapsed = packed[at]!;
       const count = packed[at + 1]!;
       const votesFor = packed.slice(at + 2, at + 2 + count);
       const [votesAgainst, next] = VotesAgainst.unpack(packed, at + 2 + count);

@@ -134,7 +134,8 @@ export class Lock implements AsyncDisposable {
     this.#owner = init.owner;
     this.resources = frozen(init.resources);
     this.value = init.value;
-    this.#attempts = init.attempts;
+    const { attempts } = init;
+    this.#attempts = typeof attempts === "function" ? attempts : frozen(attempts);
     this.#validUntil = init.validUntil;
     this.expiration = toEpoch(init.validUntil);
     this.fencingToken = init.fencingToken;
@@ -149,8 +150,8 @@ export class Lock implements AsyncDisposable {
    * @returns The attempts, frozen.
    */
   get attempts(): readonly ExecutionStats[] {
-    if (typeof this.#attempts === "function") this.#attempts = this.#attempts();
-    return this.#attempts = frozen(this.#attempts);
+    if (typeof this.#attempts === "function") this.#attempts = frozen(this.#attempts());
+    return this.#attempts;
   }
 
   /** The ms of validity left on the monotonic clock; 0 once expired or released. */

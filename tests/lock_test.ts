@@ -93,7 +93,9 @@ for (const kind of KINDS) {
     const redlock = new Redlock(env.clients);
     {
       await using lock = await redlock.acquire("scoped", 10_000);
-      assert.equal(await get(env.servers.servers[0]!, "scoped"), lock.value);
+      // (a quorum holds it; the third server's SET may still be on its way)
+      const values = await Promise.all(env.servers.servers.map((s) => get(s, "scoped")));
+      assert.ok(values.filter((v) => v === lock.value).length >= 2, JSON.stringify(values));
     }
     await onEveryServer(env.servers, "scoped", null);
   });

@@ -1,16 +1,16 @@
 /**
- * Review of 3ac5741: a bounded stress of queued acquires with abort signals
+ * A bounded stress of queued acquires with abort signals
  * and timeouts while servers are killed and restarted. Every acquire must
  * settle soon after its signal or timeout; after it settled, no listener of
  * the library may be left on the caller's signal; nothing may be left
- * running (sanitizers on). Prints counts; STRESS_MS (default 12000) bounds it.
+ * running (sanitizers on). Prints counts; STRESS_MS (default 4000) bounds it.
  */
 import assert from "node:assert/strict";
 import { type Lock, Redlock } from "../mod.ts";
 import { queueKey } from "../src/scripts.ts";
 import { type Kind, setup, sleep } from "./_redis.ts";
 
-const STRESS_MS = Number(Deno.env.get("STRESS_MS") ?? 12_000);
+const STRESS_MS = Number(Deno.env.get("STRESS_MS") ?? 4_000);
 const WORKERS = Number(Deno.env.get("STRESS_WORKERS") ?? 40);
 const FAULT = Deno.env.get("STRESS_FAULT") ?? "kill";
 const HOLD_MS = Number(Deno.env.get("STRESS_HOLD_MS") ?? 15);

@@ -1,8 +1,8 @@
 /**
- * Review of 3ac5741: a queued acquire asleep when its wake message and its
- * signal's abort come in the same tick (either order), and a Redlock
- * disposed while acquires sleep. Run against 3ac5741 and its parent: the
- * outcomes printed must match, and every acquire settles.
+ * A queued acquire asleep (no suspended call, see `Acquisition`): its wake
+ * message and its signal's abort in the same tick (either order), its
+ * Redlock disposed, a wake that came between two sleeps, a watcher aborted
+ * asleep. Every acquire settles, and leaves nothing on the servers.
  */
 import assert from "node:assert/strict";
 import { type Lock, Redlock } from "../mod.ts";
