@@ -148,8 +148,11 @@ for (const kind of RW_KINDS) {
       assert.ok(await integer(s, "PTTL", writer!) > 9_000, "the gate outlives both");
     }
     assert.equal(await rw.tryWrite(10_000), null);
+    const fresh = redlock.readWriteLock("gate"); // tries SET NX first: the gate "r" refuses it
+    assert.equal(await fresh.tryWrite(10_000), null, "readers in the set exclude writers");
     await alone.release();
     assert.equal(await rw.tryWrite(10_000), null, "one reader left");
+    assert.equal(await redlock.readWriteLock("gate").tryWrite(10_000), null);
     await second.release();
     assert.equal(await keysOn(env.servers), 0, "the gate went with the last reader");
   });
