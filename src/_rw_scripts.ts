@@ -5,13 +5,21 @@
  * `≥ 0` for, `-3 - pttl` against. Every key of one lock shares the hash tag
  * of its name, so a Redis Cluster keeps them in one slot.
  *
- * Per server: the writer's key (its value, with PX), the readers' sorted
- * set (values scored by their expiry in the server's own time, from `TIME`;
- * an expired one counts as gone, and a writer or a reader's release drops
- * it), the waiting writer's mark (its value,
- * with PX, refreshed by each of its attempts), and the watched flag (set by
- * a refused waiter that listens, naming readers, writers or both, so that
- * a release that frees the lock for them publishes).
+ * Per server: the writer's key, the readers' sorted set (values scored by
+ * their expiry in the server's own time, from `TIME`; an expired one
+ * counts as gone, and a writer or a reader's release drops it), the
+ * waiting writer's mark (its value, with PX, refreshed by each of its
+ * attempts), and the watched flag (set by a refused waiter that listens,
+ * naming readers, writers or both, so that a release that frees the lock
+ * for them publishes).
+ *
+ * The writer's key is the lock's gate: it exists whenever anybody holds
+ * the lock, and outlives every holder. It holds a writer's value, or one
+ * reader alone (`r:` and its value, see {@linkcode GATE}), or, while the
+ * readers' set has readers, `r`; after the last holder, while a writer
+ * waits, `?` (free for writers only). So a `SET NX` of the writer's key
+ * that succeeds finds nobody holding: it takes the lock for a writer, or
+ * for a reader alone, without a script (see docs/protocol.md).
  */
 
 import { beside, type LuaScript, script, type ScriptCall } from "./scripts.ts";
@@ -19,6 +27,16 @@ import { releaseChannel } from "./subscriber.ts";
 
 /** The mode of a read-write lock. */
 export type Mode = "read" | "write";
+
+/** What the writer's key holds besides a writer's value (values never start so). */
+export const GATE = Object.freeze({
+  /** The readers in the readers' set hold; the key outlives the last of them. */
+  readers: "r",
+  /** Prefix of a reader that holds alone: `r:` and its value. */
+  lone: "r:",
+  /** Nobody holds and a writer waits: free for writers, closed to readers. */
+  writersOnly: "?",
+});
 
 /** What a READ or WRITE call does. */
 export const RW_HOW = Object.freeze({
@@ -52,9 +70,10 @@ const WATCH = "watch";
 /** The flag of a write attempt that may have left its mark (an earlier one was refused). */
 const MARKED = "marked";
 
-/** Lua shared by the scripts: the keys, the value and the lease. */
+/** Lua shared by the scripts: the keys, the value, the lease and the gate's values. */
 const PROLOGUE = `local writer, readers, waiting, watched = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local value, lease, how = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local READERS, LONE, WRITERS_ONLY = "${GATE.readers}", "${GATE.lone}", "${GATE.writersOnly}"
 `;
 
 /** Lua: the server's time in ms, read only where a script needs it. */
@@ -84,14 +103,22 @@ end
 /**
  * Takes (or renews) a read lock for the value: refused while a writer
  * holds the lock or waits for it (then `-3 - pttl` of the writer's key or
- * mark). The reader's entry expires `lease` ms from now in the server's
- * time; the set outlives its last entry. An acquire's value is new, so it
- * asks for no entry of its own; expired entries are left for a writer or
- * a reader's release to drop (every check reads scores against `TIME`).
+ * mark). A reader alone in the writer's key (taken by `SET NX`; an
+ * acquire's script round after it renews it from its own start) renews
+ * there; any other joins the readers' set, its entry expiring `lease` ms
+ * from now in the server's time, with a lone reader moved in beside it,
+ * and the writer's key (`r`) and the set outliving every entry. An
+ * acquire's value is new, so it asks for no entry of its own; expired
+ * entries are left for a writer or a reader's release to drop.
  */
 export const RW_READ: LuaScript = script(
   "rw-read",
-  PROLOGUE + CLOCK + REFUSED + `local now
+  PROLOGUE + CLOCK + REFUSED + `local holder = redis.call("GET", writer)
+if holder == LONE .. value then
+  redis.call("PEXPIRE", writer, lease)
+  return 0
+end
+local now
 if how ~= "${RW_HOW.acquire}" then
   now = clock()
   local held = tonumber(redis.call("ZSCORE", readers, value))
@@ -100,23 +127,38 @@ if how ~= "${RW_HOW.acquire}" then
     how = "${RW_HOW.acquire}"
   end
 end
-if how == "${RW_HOW.acquire}" and redis.call("EXISTS", writer, waiting) > 0 then
-  local ttl = redis.call("PTTL", writer)
-  if ttl == -2 then ttl = redis.call("PTTL", waiting) end
+local lone = holder and string.sub(holder, 1, 2) == LONE
+if holder and not lone and holder ~= READERS and holder ~= WRITERS_ONLY then
+  return refused(redis.call("PTTL", writer), "${WATCHERS.readers}")
+end
+if how == "${RW_HOW.acquire}" then
+  local ttl = redis.call("PTTL", waiting)
   if ttl ~= -2 then return refused(ttl, "${WATCHERS.readers}") end
 end
-redis.call("ZADD", readers, (now or clock()) + lease, value)
-if redis.call("PTTL", readers) < lease then redis.call("PEXPIRE", readers, lease) end
+now = now or clock()
+local cover = lease
+if lone then
+  local left = redis.call("PTTL", writer)
+  cover = math.max(lease, left)
+  redis.call("ZADD", readers, now + left, string.sub(holder, 3))
+end
+redis.call("ZADD", readers, now + lease, value)
+if redis.call("PTTL", readers) < cover then redis.call("PEXPIRE", readers, cover) end
+if holder == READERS then
+  redis.call("PEXPIRE", writer, cover, "GT")
+else
+  redis.call("SET", writer, READERS, "PX", cover)
+end
 return 0`,
 );
 
 /**
  * Takes (or renews) the write lock for the value: refused while another
- * writer holds it (`-3 - pttl` of its key) or any reader does (`-3 -` the
- * ms until the last reader expires; a set of expired readers only is
- * dropped). A refused acquire leaves its mark, which blocks new readers,
- * unless another writer's mark is there; the grant removes the value's
- * own mark when an earlier attempt may have left one (ARGV[5]).
+ * writer or a lone reader holds it (`-3 - pttl` of its key) or readers do
+ * (`-3 -` the ms until the last reader expires; a set of expired readers
+ * only is dropped). A refused acquire leaves its mark, which blocks new
+ * readers, unless another writer's mark is there; the grant removes the
+ * value's own mark when an earlier attempt may have left one (ARGV[5]).
  */
 export const RW_WRITE: LuaScript = script(
   "rw-write",
@@ -127,9 +169,7 @@ if holder == value then
 end
 if how == "${RW_HOW.extend}" then return -3 - redis.call("PTTL", writer) end
 local ttl = -2
-if holder then
-  ttl = redis.call("PTTL", writer)
-else
+if holder == READERS then
   local last = redis.call("ZRANGE", readers, -1, -1, "WITHSCORES")[2]
   if last then
     ttl = tonumber(last) - clock()
@@ -138,6 +178,8 @@ else
       ttl = -2
     end
   end
+elseif holder and holder ~= WRITERS_ONLY then
+  ttl = redis.call("PTTL", writer)
 end
 if ttl ~= -2 then
   if how == "${RW_HOW.acquire}" then
@@ -157,7 +199,9 @@ return 0`,
  * Releases the value's read or write lock (and, for a writer that is
  * done, its mark; see {@linkcode RW_RELEASE_MODE}), and wakes those it
  * freed the lock for when they listen (the watched flag names them).
- * The last unexpired reader's release frees it for writers only: it
+ * When the last holder goes, the writer's key goes too, or, while a
+ * writer's mark is there, stays `?` for as long as the mark. The last
+ * unexpired reader's release frees the lock for writers only: it
  * publishes on the release channel of the readers' key when a writer
  * listens, and leaves waiting readers asleep. The writer's key or mark
  * going frees it for all: it publishes on the release channel of the
@@ -169,15 +213,28 @@ export const RW_RELEASE: LuaScript = script(
   "rw-release",
   PROLOGUE + CLOCK + `local count, freed = 0, false
 local channel = "${releaseChannel("")}"
+local holder = redis.call("GET", writer)
+local function free(marked)
+  if marked then
+    redis.call("SET", writer, WRITERS_ONLY, "PX", math.max(redis.call("PTTL", waiting), 1))
+  else
+    redis.call("DEL", writer)
+  end
+end
 if how == "${RW_RELEASE_MODE.read}" then
-  count = redis.call("ZREM", readers, value)
-  if count > 0 then
-    freed = redis.call("EXISTS", readers) == 0
-    if not freed then
-      redis.call("ZREMRANGEBYSCORE", readers, "-inf", clock())
+  if holder == LONE .. value then
+    count, freed = 1, true
+  else
+    count = redis.call("ZREM", readers, value)
+    if count > 0 and holder == READERS then
       freed = redis.call("EXISTS", readers) == 0
+      if not freed then
+        redis.call("ZREMRANGEBYSCORE", readers, "-inf", clock())
+        freed = redis.call("EXISTS", readers) == 0
+      end
     end
   end
+  if freed then free(redis.call("EXISTS", waiting) == 1) end
   local flag = freed and redis.call("GET", watched)
   if flag and flag ~= "${WATCHERS.readers}" then
     if flag == "${WATCHERS.both}" then
@@ -189,12 +246,14 @@ if how == "${RW_RELEASE_MODE.read}" then
   end
   return count
 end
-if redis.call("GET", writer) == value then
-  redis.call("DEL", writer)
-  count, freed = 1, true
-end
-if how == "${RW_RELEASE_MODE.write}" and redis.call("GET", waiting) == value then
+local mark = redis.call("GET", waiting)
+if how == "${RW_RELEASE_MODE.write}" and mark == value then
   redis.call("DEL", waiting)
+  mark, freed = false, true
+end
+if holder == value or (freed and holder == WRITERS_ONLY) then
+  if holder == value then count = 1 end
+  free(mark)
   freed = true
 end
 if freed and redis.call("DEL", watched) == 1 then
@@ -207,6 +266,7 @@ return count`,
 export const RW_HOLDS: LuaScript = script(
   "rw-holds",
   PROLOGUE + CLOCK + `if how == "read" then
+  if redis.call("GET", writer) == LONE .. value then return 0 end
   local held = tonumber(redis.call("ZSCORE", readers, value))
   if held and held > clock() then return 0 end
 elseif redis.call("GET", writer) == value then

@@ -30,15 +30,17 @@ const NEW_VALUE = "new";
  * watcher (ARGV[6] given) leaves the watcher marker in every slot's wait
  * queue, so that the release of any slot publishes (see RELEASE); when
  * the stored number of permits differs, `MISMATCH - stored` having written
- * nothing. The permits key outlives every slot taken with it: it is
- * written (for twice the lease) when it is missing, in the same command
- * that reads it, and set again when its TTL is below the lease, so that
- * the next acquires with that lease need not write it.
+ * nothing. The permits key outlives every slot taken with it by two
+ * leases: it is written (for three leases) when it is missing, in the
+ * same command that reads it, and set again when its TTL is below two
+ * leases, so that the next acquires with that lease need not write it,
+ * and a handle's acquires within a lease of this one may take a slot by
+ * `SET NX` alone (see `Semaphore`).
  */
 export const SEM_ACQUIRE: LuaScript = script(
   "sem-acquire",
   `local value, lease, permits = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local stored = redis.call("SET", KEYS[1], permits, "NX", "GET", "PX", 2 * lease)
+local stored = redis.call("SET", KEYS[1], permits, "NX", "GET", "PX", 3 * lease)
 if stored and stored ~= permits then return ${MISMATCH} - tonumber(stored) end
 local p, want, took = tonumber(permits), tonumber(ARGV[4]), -1
 if want >= 0 then
@@ -77,8 +79,8 @@ else
   end
 end
 redis.call("SET", KEYS[took + 2], value, "PX", lease)
-if stored and redis.call("PTTL", KEYS[1]) < lease then
-  redis.call("SET", KEYS[1], permits, "PX", 2 * lease)
+if stored and redis.call("PTTL", KEYS[1]) < 2 * lease then
+  redis.call("SET", KEYS[1], permits, "PX", 3 * lease)
 end
 return took`,
 );

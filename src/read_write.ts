@@ -16,6 +16,7 @@ import type {
 } from "./options.ts";
 import type { Redlock } from "./redlock.ts";
 import {
+  GATE,
   type Mode,
   RW_HOLDS,
   RW_HOW,
@@ -40,6 +41,7 @@ import {
 } from "./_contend.ts";
 import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { extend } from "./_extend.ts";
+import { FastPath, setIfAbsent } from "./_fast_path.ts";
 import {
   checkCallOptions,
   checkSettings,
@@ -81,6 +83,8 @@ export class ReadWriteLock implements LockOwner {
   readonly #keys: readonly string[];
   /** The mode of each lock this handle made. */
   readonly #modes = new WeakMap<Lock, Mode>();
+  /** Whether acquires try a plain `SET NX` of the writer's key first. */
+  readonly #fast = new FastPath();
 
   /**
    * Made by `redlock.readWriteLock(name)`.
@@ -382,7 +386,8 @@ export class ReadWriteLock implements LockOwner {
   }
 
   #contend(mode: Mode, request: HandleRequest): Promise<Lock> {
-    const acquire = new RwAcquire(this.#context.servers, this.#keys, request, mode, (lock) => {
+    const { servers } = this.#context;
+    const acquire = new RwAcquire(servers, this.#keys, request, mode, this.#fast, (lock) => {
       const made = new Lock({ ...lock, owner: this, resources: [this.name] });
       this.#modes.set(made, mode);
       return made;
@@ -471,7 +476,10 @@ function releaser(
 /** What a lock is made of before its handle names it. */
 type LockParts = Omit<ConstructorParameters<typeof Lock>[0], "owner" | "resources">;
 
-/** One read or write acquire: each attempt is one round of READ or WRITE. */
+/**
+ * One read or write acquire: each attempt is one round of READ or WRITE;
+ * the first may try a round of `SET NX` of the writer's key before it.
+ */
 class RwAcquire implements Contender {
   readonly channels: readonly string[];
   readonly what: string;
@@ -479,6 +487,7 @@ class RwAcquire implements Contender {
   readonly #keys: readonly string[];
   readonly #request: HandleRequest;
   readonly #mode: Mode;
+  readonly #fast: FastPath;
   readonly #make: (parts: LockParts) => Lock;
   readonly #attempts: Refusal["stats"][] = [];
 
@@ -487,12 +496,14 @@ class RwAcquire implements Contender {
     keys: readonly string[],
     request: HandleRequest,
     mode: Mode,
+    fast: FastPath,
     make: (parts: LockParts) => Lock,
   ) {
     this.#servers = servers;
     this.#keys = keys;
     this.#request = request;
     this.#mode = mode;
+    this.#fast = fast;
     this.#make = make;
     // A reader waits for the writer's key or mark to go; a writer also for
     // the last reader to leave, which RW_RELEASE announces apart.
@@ -503,6 +514,10 @@ class RwAcquire implements Contender {
   async attempt(listening: boolean, sleep: number, signal: AbortSignal | undefined) {
     const { duration, settings, value } = this.#request;
     const servers = this.#servers;
+    if (!listening && this.#attempts.length === 0 && this.#fast.open(servers)) {
+      const lock = await this.#fastAttempt(signal);
+      if (lock !== undefined) return lock;
+    }
     const timeout = settings.requestTimeout;
     const call = rwCall(this.#keys, value, {
       duration,
@@ -523,6 +538,34 @@ class RwAcquire implements Contender {
     const taken = servers.members.filter((m) => !votesAgainst.isConflict(m.index));
     const undone = Promise.all(servers.quietly(this.#releaser(true), taken));
     return { stats: ballot.stats, start, heldFor: ballot.heldFor, undone };
+  }
+
+  /**
+   * A round of `SET NX` of the writer's key: a writer's value, or a lone
+   * reader's. The lock when a quorum set it in time; else (it was held
+   * somewhere) undefined, and the script round that follows takes over
+   * what this one set (READ and WRITE renew the value's own key).
+   */
+  async #fastAttempt(signal: AbortSignal | undefined): Promise<Lock | undefined> {
+    const { duration, settings, value } = this.#request;
+    const [writer] = this.#keys;
+    const gate = this.#mode === "read" ? GATE.lone + value : value;
+    const start = now();
+    const send = setIfAbsent(writer!, gate, duration);
+    const ballot = await this.#servers.vote(
+      send,
+      this.#keys,
+      settings.requestTimeout,
+      signal,
+      start,
+    );
+    const until = validUntil(start, duration, settings.driftFactor);
+    if (ballot.ok && until > ballot.end) {
+      this.#attempts.push(ballot.stats);
+      return this.#make({ value, attempts: this.#attempts, validUntil: until });
+    }
+    if (ballot.stats.votesAgainst.conflicts > 0) this.#fast.missed();
+    return undefined;
   }
 
   async abandon(last?: Refusal): Promise<void> {

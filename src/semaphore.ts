@@ -33,7 +33,8 @@ import { contextOf } from "./read_write.ts";
 import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { checkKeys, KNOWN } from "./_options.ts";
 import { within } from "./_delay.ts";
-import { now, validUntil } from "./_time.ts";
+import { FastPath, setIfAbsent } from "./_fast_path.ts";
+import { drift, now, validUntil } from "./_time.ts";
 import { checkNumber, checkResource } from "./_validate.ts";
 
 /** The largest number of permits: each acquire reads every slot. */
@@ -120,6 +121,8 @@ export class Semaphore {
   readonly #context: HandleContext;
   /** What its acquires' errors call it. */
   readonly #what: string;
+  /** When its acquires may take a slot by `SET NX` alone, and which. */
+  readonly #fast = new FastPermit();
 
   /**
    * Made by `redlock.semaphore(name, { permits })`.
@@ -275,8 +278,37 @@ export class Semaphore {
   }
 
   #contend(request: HandleRequest): Promise<Lock> {
-    const acquire = new PermitAcquire(this, this.#what, this.#context, request);
+    const acquire = new PermitAcquire(this, this.#what, this.#context, request, this.#fast);
     return contend(this.#context, request, acquire);
+  }
+}
+
+/**
+ * What a semaphore handle knows for its fast first attempts: a permit is
+ * one slot held on a quorum, so a `SET NX` of one slot on a quorum is a
+ * permit as the script's is. Skipping the script skips the check of the
+ * stored number of permits, so it is tried only while the permits key
+ * that the handle's last script grant found or wrote lives on (SEM_ACQUIRE
+ * keeps it two leases past a grant): a holder with another number still
+ * finds it there. The slot tried is the one the last permit got.
+ */
+class FastPermit {
+  readonly path = new FastPath();
+  /** The slot the last permit of the handle got. */
+  slot = 0;
+  /** Until when (monotonic) the permits key lives, as the last script grant left it. */
+  #checkedUntil = -Infinity;
+
+  /** Whether an acquire of `duration` may take a slot by SET NX: its lease ends first. */
+  open(servers: Servers, duration: number, timeout: number): boolean {
+    return now() + timeout + duration <= this.#checkedUntil && this.path.open(servers);
+  }
+
+  /** A script round that started at `start` granted slot `slot` for `duration` ms. */
+  granted(slot: number, start: number, duration: number, driftFactor: number): void {
+    this.slot = slot;
+    const kept = 2 * duration;
+    this.#checkedUntil = Math.max(this.#checkedUntil, start + kept - drift(kept, driftFactor));
   }
 }
 
@@ -287,14 +319,22 @@ class PermitAcquire implements Contender {
   readonly #context: HandleContext;
   readonly #servers: Servers;
   readonly #request: HandleRequest;
+  readonly #fast: FastPermit;
   readonly #attempts: ExecutionStats[] = [];
 
-  constructor(semaphore: Semaphore, what: string, context: HandleContext, request: HandleRequest) {
+  constructor(
+    semaphore: Semaphore,
+    what: string,
+    context: HandleContext,
+    request: HandleRequest,
+    fast: FastPermit,
+  ) {
     this.what = what;
     this.#semaphore = semaphore;
     this.#context = context;
     this.#servers = context.servers;
     this.#request = request;
+    this.#fast = fast;
   }
 
   /**
@@ -311,14 +351,20 @@ class PermitAcquire implements Contender {
   /**
    * One attempt: a round for the lowest free slot on each server; when no
    * quorum agrees on one, a round on each slot some server offered, most
-   * offered first, until a quorum holds one.
+   * offered first, until a quorum holds one. The first may try a round of
+   * `SET NX` of one slot before (see FastPermit); its miss is no attempt.
    */
   async attempt(listening: boolean, _sleep: number, signal: AbortSignal | undefined) {
     const servers = this.#servers;
     const { quorum } = servers;
     const { duration, settings } = this.#request;
+    let fresh = this.#attempts.length === 0;
+    if (!listening && fresh && this.#fast.open(servers, duration, this.#timeout)) {
+      const permit = await this.#fastAttempt(signal);
+      if (permit !== undefined) return permit;
+      fresh = false; // it may hold the slot it tried on some servers: SEM_ACQUIRE keeps it
+    }
     let start = now();
-    const fresh = this.#attempts.length === 0;
     const stragglers = new Stragglers((members, keep) => this.#release(members, keep));
     const first = await round<Vote, [Ballot, Tally<Vote>]>(
       servers.members,
@@ -366,6 +412,7 @@ class PermitAcquire implements Contender {
           this.#release(servers.members.filter(other), slot);
           stragglers.keep(slot);
         }
+        this.#fast.granted(slot, start, duration, settings.driftFactor);
         return this.#permit(slot, until);
       }
     }
@@ -377,6 +424,27 @@ class PermitAcquire implements Contender {
       -1,
     );
     return { stats: last.stats, start, heldFor: last.heldFor, undone } satisfies Refusal;
+  }
+
+  /**
+   * A round of `SET NX` of the slot the handle's last permit got: the
+   * permit when a quorum set it in time; else undefined, and the script
+   * round that follows takes over what this one set.
+   */
+  async #fastAttempt(signal: AbortSignal | undefined): Promise<Lock | undefined> {
+    const { duration, settings, value } = this.#request;
+    const { slot } = this.#fast;
+    const key = slotKey(this.#semaphore.name, slot);
+    const start = now();
+    const send = setIfAbsent(key, value, duration);
+    const ballot = await this.#servers.vote(send, [key], this.#timeout, signal, start);
+    const until = validUntil(start, duration, settings.driftFactor);
+    if (ballot.ok && until > ballot.end) {
+      this.#attempts.push(ballot.stats);
+      return this.#permit(slot, until);
+    }
+    if (ballot.stats.votesAgainst.conflicts > 0) this.#fast.path.missed();
+    return undefined;
   }
 
   async abandon(last?: Refusal): Promise<void> {

@@ -126,6 +126,57 @@ for (const kind of RW_KINDS) {
     assert.ok(await rw.tryRead(10_000) !== null);
   });
 
+  Deno.test(`[${kind}] a free lock is taken by SET NX of its gate; a second reader joins the set`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const rw = redlock.readWriteLock("gate");
+    const [writer, readers] = rwKeys("gate");
+    const before = await Promise.all(env.servers.servers.map((s) => scriptCalls(s)));
+    const w = await rw.write(10_000);
+    await onEveryServer(env.servers, writer!, w.value);
+    const after = await Promise.all(env.servers.servers.map((s) => scriptCalls(s)));
+    assert.deepEqual(after, before, "no script: a plain SET NX took it");
+    await w.release();
+    const alone = await rw.read(10_000);
+    await onEveryServer(env.servers, writer!, `r:${alone.value}`);
+    // The handle's next acquire skips SET NX once one found the gate held.
+    assert.equal(await rw.tryWrite(10_000), null, "a lone reader excludes writers");
+    const second = await rw.read(10_000);
+    await onEveryServer(env.servers, writer!, "r");
+    for (const s of env.servers.servers) {
+      assert.equal(await integer(s, "ZCARD", readers!), 2, "the lone reader moved into the set");
+      assert.ok(await integer(s, "PTTL", writer!) > 9_000, "the gate outlives both");
+    }
+    assert.equal(await rw.tryWrite(10_000), null);
+    const fresh = redlock.readWriteLock("gate"); // tries SET NX first: the gate "r" refuses it
+    assert.equal(await fresh.tryWrite(10_000), null, "readers in the set exclude writers");
+    await alone.release();
+    assert.equal(await rw.tryWrite(10_000), null, "one reader left");
+    assert.equal(await redlock.readWriteLock("gate").tryWrite(10_000), null);
+    await second.release();
+    assert.equal(await keysOn(env.servers), 0, "the gate went with the last reader");
+  });
+
+  Deno.test(`[${kind}] after the last reader the gate stays closed to readers while a writer waits`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients, { retryDelay: 2_000, retryJitter: 0 });
+    const rw = redlock.readWriteLock("closed");
+    const reader = await rw.read(10_000);
+    const writing = rw.write(10_000, { timeout: 10_000 });
+    await sleep(200); // refused, marked, listening
+    await reader.release();
+    // A new handle: its first read tries SET NX of the gate, which the mark keeps at "?".
+    const other = redlock.readWriteLock("closed");
+    assert.equal(await other.tryRead(10_000), null, "no reader slips in ahead of the writer");
+    const w = await writing;
+    assert.equal(await other.tryRead(10_000), null);
+    await w.release();
+    const r = await redlock.readWriteLock("closed").tryRead(10_000);
+    assert.ok(r !== null, "the gate went with the writer and its mark");
+    await r.release();
+    assert.equal(await keysOn(env.servers), 0);
+  });
+
   Deno.test(`[${kind}] a waiting writer blocks new readers and gets the lock next`, async () => {
     await using env = await setup(kind, 3);
     const redlock = new Redlock(env.clients, { retryDelay: 50, retryJitter: 0 });

@@ -200,6 +200,37 @@ for (const kind of SEM_KINDS) {
     await again.release();
   });
 
+  Deno.test(`[${kind}] a handle's next permit is a SET NX of its last slot while the permits key it checked lives`, async () => {
+    await using env = await setup(kind, 3);
+    const redlock = new Redlock(env.clients);
+    const sem = redlock.semaphore("again", { permits: 2 });
+    await (await sem.acquire(10_000)).release();
+    for (const s of env.servers.servers) {
+      const ttl = await integer(s, "PTTL", "{again}:sem:permits");
+      assert.ok(ttl > 20_000, `the permits key outlives the grant by two leases (PTTL ${ttl})`);
+    }
+    const calls = () => Promise.all(env.servers.servers.map((s) => scriptCalls(s)));
+    const before = await calls();
+    const fast = await sem.acquire(10_000);
+    assert.deepEqual(await calls(), before, "no script");
+    assert.equal(fast.resources[0], "{again}:sem:0");
+    // Its slot held: the SET NX round misses, the script round finds the other slot.
+    const next = await sem.acquire(10_000);
+    assert.equal(next.resources[0], "{again}:sem:1");
+    assert.equal(await sem.tryAcquire(10_000), null, "two permits, not a mutex per slot");
+    // A holder that counts otherwise is still told: the permits key is there.
+    await assert.rejects(
+      redlock.semaphore("again", { permits: 3 }).acquire(10_000),
+      PermitsMismatchError,
+    );
+    await fast.release();
+    await next.release();
+    // A lease that would outlive the checked key goes through the script again.
+    const long = await sem.acquire(60_000);
+    assert.ok((await calls()).some((n, i) => n > before[i]! + 2), "the long lease ran the script");
+    await long.release();
+  });
+
   Deno.test(`[${kind}] a permit's release wakes a waiting acquire without polling`, async () => {
     await using env = await setup(kind, 3);
     const redlock = new Redlock(env.clients, { retryDelay: 3_000, retryJitter: 0 });
@@ -353,7 +384,8 @@ Deno.test("a permit's server that answers after the quorum is released only if i
   // Slot 0 held on the late server only: it offers slot 1, which it must give back.
   await hold(slow, "{late}:sem:0", "another", 5_000);
   before = await scriptCalls(slow);
-  const other = await sem.acquire(5_000);
+  // A new handle: its first acquire runs the script (sem's would try SET NX of slot 0 first).
+  const other = await redlock.semaphore("late", { permits: 2 }).acquire(5_000);
   assert.equal(other.resources[0], "{late}:sem:0");
   await sleep(300);
   assert.equal(await get(slow, "{late}:sem:1"), null, "the other slot released");
