@@ -234,23 +234,19 @@ class Acquisition implements Sleeper {
   }
 
   /**
-   * Settles the acquire with `lock`, or else `error`: leaves the queues and
-   * ends the interest in releases. A lock is handed out at once; an error
-   * once the unsubscribe is done, but no later than a request may take (a
-   * connection may hang).
+   * Settles the acquire with `lock`, or else `error`, once it left the
+   * queues and ended its interest in releases.
    */
   #end(lock: Lock | undefined, error?: unknown): void {
-    let done: Promise<void> | undefined;
     try {
       this.#leave(this.#servers.members);
-      done = this.#listening?.done();
+      this.#listening?.done();
     } catch (failure) {
       // Only a broken client throws here; the acquire settles all the same.
       return this.#reject(failure);
     }
     if (lock !== undefined) this.#resolve(lock);
-    else if (done === undefined) this.#reject(error);
-    else within(done, this.#request.settings.requestTimeout).then(() => this.#reject(error));
+    else this.#reject(error);
   }
 
   /** One round of votes; aborted mid-round, it releases whatever lands behind it. */

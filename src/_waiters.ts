@@ -12,6 +12,8 @@ import { within } from "./_delay.ts";
 interface Channel {
   /** Acquires that hold an interest in the channel. */
   holders: number;
+  /** When the last holder let go (monotonic): it stays subscribed {@linkcode LINGER_MS}. */
+  idleSince: number;
   /** The acquires sleeping now; checked on every release message. */
   readonly wakers: Set<Interest>;
   /** When the subscription was confirmed by at least one server (monotonic). */
@@ -36,6 +38,7 @@ export const STRAGGLER_MS = 5;
 function newChannel(servers: number): Channel {
   return {
     holders: 0,
+    idleSince: Infinity,
     wakers: new Set(),
     subscribedAt: Infinity,
     confirmed: 0,
@@ -127,10 +130,11 @@ export class Waiters {
     // time: one to a dead server may never report that it closed.
     if (this.#closing !== undefined) await within(this.#closing, timeout);
     const names = value === undefined ? keys.map(releaseChannel) : this.#wakeNames;
-    // Channels kept from earlier waits that nobody needs now.
+    // Channels kept from earlier waits that nobody needed for LINGER_MS.
     const stale: string[] = [];
+    const t = now();
     for (const [name, channel] of this.#channels) {
-      if (channel.holders === 0 && !names.includes(name)) {
+      if (channel.holders === 0 && channel.idleSince + LINGER_MS <= t && !names.includes(name)) {
         this.#channels.delete(name);
         stale.push(name);
       }
@@ -157,7 +161,7 @@ export class Waiters {
     }
     await Promise.all(channels.map((c) => c.ready));
     const subscribed = channels.some((c) => c.subscribedAt !== Infinity);
-    const interest = new Interest(this, { names, channels, value, subscribed });
+    const interest = new Interest(this, { channels, value, subscribed });
     if (value !== undefined) this.#named.set(value, interest);
     return interest;
   }
@@ -173,12 +177,9 @@ export class Waiters {
   }
 
   /** Ends `interest`, which listens to `channels` (see `Listening.done()`). */
-  forget(
-    interest: Interest,
-    { names, channels, value }: Omit<InterestOf, "subscribed">,
-  ): Promise<void> {
+  forget(interest: Interest, { channels, value }: Omit<InterestOf, "subscribed">): void {
     if (value !== undefined && this.#named.get(value) === interest) this.#named.delete(value);
-    return this.#forget(names, channels);
+    this.#forget(channels);
   }
 
   /**
@@ -297,39 +298,44 @@ export class Waiters {
     );
   }
 
-  #forget(names: readonly string[], channels: Channel[]): Promise<void> {
-    for (const channel of channels) channel.holders--;
+  #forget(channels: readonly Channel[]): void {
+    const t = now();
+    for (const channel of channels) if (--channel.holders === 0) channel.idleSince = t;
     let waiting = false;
     for (const channel of this.#channels.values()) waiting ||= channel.holders > 0;
-    // Channels nobody listens to now are unsubscribed, unless nobody waits at
-    // all: then they are kept a little, for the next wait.
-    const idle = names.filter((name, i) => {
-      const channel = channels[i]!;
-      if (channel.holders > 0 || this.#channels.get(name) !== channel) return false;
-      if (!waiting) return false;
-      this.#channels.delete(name);
-      return true;
-    });
-    if (!waiting) {
-      this.#idleSince = now();
-      this.#linger ??= setTimeout(this.#lingered, LINGER_MS);
-    }
-    return this.#unsubscribe(idle);
+    if (!waiting) this.#idleSince = t;
+    // Channels nobody listens to now stay subscribed a little, for the next
+    // wait (a writer that waits again and again need not subscribe each time).
+    this.#linger ??= setTimeout(this.#lingered, LINGER_MS);
   }
 
   /**
-   * The linger timer: closes the connections once nobody waited for
-   * {@linkcode LINGER_MS}, else sets itself again for what is left of that.
+   * The linger timer: unsubscribes channels nobody listened to for
+   * {@linkcode LINGER_MS} while others wait, and closes the connections once
+   * nobody waited for that long; sets itself again for the next of these.
    * (One timer outlives many waits: making one per wait cost more than the
    * rest of the wait's bookkeeping.)
    */
   readonly #lingered = (): void => {
     this.#linger = undefined;
-    if (this.#idleSince === Infinity) return; // a wait is on; its end sets the timer again
-    for (const channel of this.#channels.values()) if (channel.holders > 0) return;
-    const left = this.#idleSince + LINGER_MS - now();
-    if (left >= 1) this.#linger = setTimeout(this.#lingered, left);
-    else this.close();
+    const t = now();
+    let waiting = false;
+    let next = Infinity;
+    const stale: string[] = [];
+    for (const [name, channel] of this.#channels) {
+      if (channel.holders > 0) waiting = true;
+      else if (channel.idleSince + LINGER_MS <= t) stale.push(name);
+      else next = Math.min(next, channel.idleSince + LINGER_MS);
+    }
+    if (waiting) {
+      for (const name of stale) this.#channels.delete(name);
+      this.#unsubscribe(stale);
+    } else if (this.#idleSince !== Infinity) {
+      // Nobody waits: the connections close (their channels with them).
+      if (this.#idleSince + LINGER_MS - t < 1) return void this.close();
+      next = Math.min(next, this.#idleSince + LINGER_MS);
+    }
+    if (next < Infinity) this.#linger = setTimeout(this.#lingered, Math.max(1, next - t));
   };
 
   #unsubscribe(names: string[]): Promise<void> {
@@ -368,7 +374,6 @@ function countAfter(times: readonly number[], since: number): number {
 
 /** What `Waiters.listen()` registers for one acquire. */
 interface InterestOf {
-  readonly names: readonly string[];
   readonly channels: Channel[];
   /** The queued acquire's value, whose wake messages it keeps its own record of. */
   readonly value: string | undefined;
@@ -382,7 +387,6 @@ interface InterestOf {
 class Interest extends Alarm implements Listening {
   readonly subscribed: boolean;
   readonly #waiters: Waiters;
-  readonly #names: readonly string[];
   readonly #channels: Channel[];
   readonly #value: string | undefined;
   /**
@@ -403,7 +407,6 @@ class Interest extends Alarm implements Listening {
   constructor(waiters: Waiters, of: InterestOf) {
     super();
     this.#waiters = waiters;
-    this.#names = of.names;
     this.#channels = of.channels;
     this.#value = of.value;
     this.subscribed = of.subscribed;
@@ -459,14 +462,10 @@ class Interest extends Alarm implements Listening {
     this.#finish()?.aborted(reason);
   }
 
-  done(): Promise<void> {
-    if (this.#done) return Promise.resolve();
+  done(): void {
+    if (this.#done) return;
     this.#done = true;
-    return this.#waiters.forget(this, {
-      names: this.#names,
-      channels: this.#channels,
-      value: this.#value,
-    });
+    this.#waiters.forget(this, { channels: this.#channels, value: this.#value });
   }
 
   protected override ring(): void {
@@ -537,9 +536,9 @@ export interface Listening {
   /** Sleeps as `sleep()` does; rejects on abort. */
   wait(since: number, ms: number, signal: AbortSignal | undefined): Promise<void>;
   /**
-   * Ends the interest, and unsubscribes (or, when nobody else waits, keeps
-   * the connections {@linkcode LINGER_MS} for the next wait); the promise
-   * settles when the unsubscribe is done.
+   * Ends the interest. Its channels stay subscribed {@linkcode LINGER_MS}
+   * for the next wait; then they are unsubscribed or, when nobody waits,
+   * the connections closed.
    */
-  done(): Promise<void>;
+  done(): void;
 }
