@@ -17,7 +17,15 @@ import {
   type ReleaseTerms,
   type Seat,
 } from "./scripts.ts";
-import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from "./_servers.ts";
+import {
+  type Ballot,
+  type Judge,
+  type Send,
+  type Servers,
+  show,
+  toNumber,
+  type Vote,
+} from "./_servers.ts";
 import type { Listening, Waiters } from "./_waiters.ts";
 import type { Member, Tally } from "./_quorum.ts";
 import { Conflict, VotesAgainst } from "./_votes.ts";
@@ -83,22 +91,27 @@ export function acquire(context: AcquireContext, request: AcquireRequest): Promi
   }
   const { servers } = context;
   const start = now();
-  const send = servers.plain && !fencing && keys.length === 1
-    ? setIfAbsent(keys[0]!, request.value, duration)
-    : servers.sender(ACQUIRE, acquireCall(keys, request.value, terms(request, NO_SEAT)));
-  return servers.vote(send, keys, settings.requestTimeout, signal, start).then(
-    (ballot) => {
+  const plain = servers.plain && !fencing && keys.length === 1
+    ? setIfAbsentVote(keys[0]!, request.value, duration)
+    : undefined;
+  const send = plain?.send ??
+    servers.sender(ACQUIRE, acquireCall(keys, request.value, terms(request, NO_SEAT)));
+  // The lock is made as the round settles, without a `then` of the round.
+  return servers.decide(send, {
+    keys,
+    timeout: settings.requestTimeout,
+    signal,
+    start,
+    judge: plain?.judge,
+    decide: (ballot) => {
       const until = validUntil(start, duration, settings.driftFactor);
       if (!fencing && ballot.ok && until > ballot.end) {
         return newLock(context.owner, request, [ballot.stats], until, undefined);
       }
       return new Acquisition(context, request).run({ start, ballot });
     },
-    (error) => {
-      abandon(context.servers, request);
-      throw error;
-    },
-  );
+    aborted: () => abandon(servers, request),
+  });
 }
 
 /**
@@ -561,15 +574,27 @@ function newLock(
  * Acquire votes by `SET key value PX duration NX`: for when it was set,
  * else a conflict with the holder's TTL, asked by PTTL. The PTTL is only
  * read; nothing is written after a SET, so a release sent on the same
- * connection behind it still lands last.
+ * connection behind it still lands last. (The lean first round reads the
+ * reply with `judge` in place; later rounds send `setIfAbsent()`.)
  */
-function setIfAbsent(key: string, value: string, duration: number): Send {
-  return (m) =>
-    m.runner.setIfAbsent!(key, value, duration).then((set): Vote | Promise<Vote> => {
+function setIfAbsentVote(key: string, value: string, duration: number): {
+  send: Send;
+  judge: Judge;
+} {
+  return {
+    send: (m) => m.runner.setIfAbsent!(key, value, duration),
+    judge: (set, m) => {
       if (set === true) return 0;
       if (set !== false) {
         throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
       }
       return m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
-    });
+    },
+  };
+}
+
+/** {@linkcode setIfAbsentVote} as one request that resolves to the vote. */
+function setIfAbsent(key: string, value: string, duration: number): Send {
+  const { send, judge } = setIfAbsentVote(key, value, duration);
+  return (m) => send(m).then((set) => judge(set, m));
 }

@@ -7,6 +7,7 @@
 
 import type { LuaScript } from "./scripts.ts";
 import { describeValue } from "./_validate.ts";
+import { msArg } from "./_time.ts";
 
 /**
  * What the lock asks of a Redis connection: run a Lua script, and optionally
@@ -244,7 +245,7 @@ export function nodeRedisClient(client: NodeRedisLike): ScriptClient {
     (s, keys, args) => c.eval(s.source, { keys, arguments: args }),
     send === undefined ? {} : {
       setIfAbsent: (key, value, ms) =>
-        send(key, ["SET", key, value, "PX", String(ms), "NX"]).then(wasSet),
+        send(key, ["SET", key, value, "PX", msArg(ms), "NX"]).then(wasSet),
       pttl: (key) => send(key, ["PTTL", key]).then(toTtl),
     },
   );
@@ -336,7 +337,7 @@ function commandClient(client: object, send: (args: string[]) => Promise<unknown
     (s, keys, args) => call("EVAL", s, keys, args),
     {
       setIfAbsent: (key, value, ms) =>
-        send(["SET", key, value, "PX", String(ms), "NX"]).then(wasSet),
+        send(["SET", key, value, "PX", msArg(ms), "NX"]).then(wasSet),
       pttl: (key) => send(["PTTL", key]).then(toTtl),
     },
   );
