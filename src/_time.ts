@@ -6,19 +6,22 @@ const ORIGIN = performance.timeOrigin;
 /** Converts a monotonic instant to the `Date.now()` time base. */
 export const toEpoch = (monotonic: number): number => ORIGIN + monotonic;
 
-let lastMs = NaN;
-let lastArg = "";
-
 /**
- * `ms` as a command argument. The last conversion is kept: most calls pass
- * the same lease or timeout as the one before.
+ * Turns ms into command arguments, keeping the last one: one per place that
+ * sends them, as each mostly sends the same lease or timeout as before.
  */
-export function msArg(ms: number): string {
-  if (ms !== lastMs) {
-    lastArg = String(ms);
-    lastMs = ms;
+export class MsArg {
+  #ms = NaN;
+  #arg = "";
+
+  /** `ms` as a command argument. */
+  of(ms: number): string {
+    if (ms !== this.#ms) {
+      this.#arg = String(ms);
+      this.#ms = ms;
+    }
+    return this.#arg;
   }
-  return lastArg;
 }
 
 /** The clock drift allowance for a lease of `duration` ms: `round(factor × duration) + 2`. */

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { sha1 } from "../src/_sha1.ts";
 import { hashSlot } from "../src/_slot.ts";
-import { drift, validUntil } from "../src/_time.ts";
+import { drift, MsArg, validUntil } from "../src/_time.ts";
 import { deadline, delay } from "../src/_delay.ts";
 import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/scripts.ts";
 import { Alarm, forgetTimer, IDLE_MS, type Member, round } from "../src/_quorum.ts";
@@ -40,6 +40,13 @@ Deno.test("drift() is round(factor × duration) + 2 and validUntil() subtracts i
   assert.equal(drift(250, 0.01), 5); // round(2.5) = 3
   assert.equal(drift(1_000, 0), 2);
   assert.equal(validUntil(100, 10_000, 0.01), 100 + 10_000 - 102);
+});
+
+Deno.test("MsArg gives each ms as its decimal string, also when the ms change", () => {
+  const arg = new MsArg();
+  for (const ms of [500, 500, 10_000, 500, 1, 2 ** 31 - 1, 2 ** 31 - 1]) {
+    assert.equal(arg.of(ms), String(ms));
+  }
 });
 
 Deno.test("delay() rejects with the signal's reason and leaves no timer", async () => {
