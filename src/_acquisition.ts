@@ -17,16 +17,24 @@ import {
   type ReleaseTerms,
   type Seat,
 } from "./scripts.ts";
-import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from "./_servers.ts";
+import {
+  type Ballot,
+  type Judge,
+  type Send,
+  type Servers,
+  show,
+  toNumber,
+  type Vote,
+} from "./_servers.ts";
 import type { Listening, Sleeper, Waiters } from "./_waiters.ts";
 import type { Member, Tally } from "./_quorum.ts";
 import { Conflict, VotesAgainst } from "./_votes.ts";
 import { AttemptLog } from "./_attempts.ts";
+import { setVote } from "./_fast_path.ts";
 import { fence } from "./_extend.ts";
 import { retryWait, type Settings } from "./_options.ts";
 import { delay, within } from "./_delay.ts";
 import { now, validUntil } from "./_time.ts";
-import { describeValue } from "./_validate.ts";
 
 /** What an acquire needs of its Redlock. */
 export interface AcquireContext {
@@ -83,22 +91,27 @@ export function acquire(context: AcquireContext, request: AcquireRequest): Promi
   }
   const { servers } = context;
   const start = now();
-  const send = servers.plain && !fencing && keys.length === 1
-    ? setIfAbsent(keys[0]!, request.value, duration)
-    : servers.sender(ACQUIRE, acquireCall(keys, request.value, terms(request, NO_SEAT)));
-  return servers.vote(send, keys, settings.requestTimeout, signal, start).then(
-    (ballot) => {
+  const plain = servers.plain && !fencing && keys.length === 1
+    ? setIfAbsentVote(keys[0]!, request.value, duration)
+    : undefined;
+  const send = plain?.send ??
+    servers.sender(ACQUIRE, acquireCall(keys, request.value, terms(request, NO_SEAT)));
+  // The lock is made as the round settles, without a `then` of the round.
+  return servers.decide(send, {
+    keys,
+    timeout: settings.requestTimeout,
+    signal,
+    start,
+    judge: plain?.judge,
+    decide: (ballot) => {
       const until = validUntil(start, duration, settings.driftFactor);
       if (!fencing && ballot.ok && until > ballot.end) {
         return newLock(context.owner, request, [ballot.stats], until, undefined);
       }
       return new Acquisition(context, request).run({ start, ballot });
     },
-    (error) => {
-      abandon(context.servers, request);
-      throw error;
-    },
-  );
+    aborted: () => abandon(servers, request),
+  });
 }
 
 /** What `#wait()` returns when the acquire sleeps in the queue until `woken()`. */
@@ -628,15 +641,26 @@ function newLock(
  * Acquire votes by `SET key value PX duration NX`: for when it was set,
  * else a conflict with the holder's TTL, asked by PTTL. The PTTL is only
  * read; nothing is written after a SET, so a release sent on the same
- * connection behind it still lands last.
+ * connection behind it still lands last. (The lean first round reads the
+ * reply with `judge` in place; later rounds send `setIfAbsent()`.)
  */
+function setIfAbsentVote(key: string, value: string, duration: number): {
+  send: Send;
+  judge: Judge;
+} {
+  return {
+    send: (m) => m.runner.setIfAbsent!(key, value, duration),
+    judge: (set, m) =>
+      setVote(
+        set,
+        m,
+        () => m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index))),
+      ),
+  };
+}
+
+/** {@linkcode setIfAbsentVote} as one request that resolves to the vote. */
 function setIfAbsent(key: string, value: string, duration: number): Send {
-  return (m) =>
-    m.runner.setIfAbsent!(key, value, duration).then((set): Vote | Promise<Vote> => {
-      if (set === true) return 0;
-      if (set !== false) {
-        throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
-      }
-      return m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
-    });
+  const { send, judge } = setIfAbsentVote(key, value, duration);
+  return (m) => send(m).then((set) => judge(set, m));
 }

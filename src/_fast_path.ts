@@ -5,7 +5,8 @@
  * handle has not seen it held just now.
  */
 
-import type { Send, Servers, Vote } from "./_servers.ts";
+import type { Send, Servers } from "./_servers.ts";
+import type { Member } from "./_quorum.ts";
 import { Conflict } from "./_votes.ts";
 import { now } from "./_time.ts";
 import { describeValue } from "./_validate.ts";
@@ -39,10 +40,15 @@ export class FastPath {
  */
 export function setIfAbsent(key: string, value: string, ms: number): Send {
   return (m) =>
-    m.runner.setIfAbsent!(key, value, ms).then((set): Vote => {
-      if (typeof set !== "boolean") {
-        throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
-      }
-      return set ? 0 : new Conflict(m.index, -1);
-    });
+    m.runner.setIfAbsent!(key, value, ms).then((set) =>
+      setVote(set, m, () => new Conflict(m.index, -1))
+    );
+}
+
+/** The vote of server `m`'s `SET … NX` reply `set`: for (0) when it was set, else `held()`. */
+export function setVote<V>(set: unknown, m: Member, held: () => V): 0 | V {
+  if (typeof set !== "boolean") {
+    throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
+  }
+  return set ? 0 : held();
 }

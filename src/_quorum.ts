@@ -35,11 +35,13 @@ export interface RoundOptions<T, R = Tally<T>> {
    */
   readonly late?: ((member: Member, answer: T | undefined, tally: Tally<T>) => void) | undefined;
   /**
-   * Turns a reply into the answer tallied; what it throws counts as the
-   * request's failure. Without it the reply is the answer. (Judging here,
-   * not in a `then` of each request, saves a promise per request.)
+   * Turns a reply into the answer tallied, or a promise of it when the
+   * server must be asked more first; what it throws (or rejects with)
+   * counts as the request's failure. Without it the reply is the answer.
+   * (Judging here, not in a `then` of each request, saves a promise per
+   * request.)
    */
-  readonly judge?: (reply: unknown, member: Member) => T;
+  readonly judge?: (reply: unknown, member: Member) => T | Promise<T>;
   /** Turns a failure into the error reported and tallied; without it, as it is. */
   readonly failure?: (error: Error, member: Member) => Error;
   /**
@@ -47,6 +49,8 @@ export interface RoundOptions<T, R = Tally<T>> {
    * it, the tally. (Saves the caller a `then`.)
    */
   readonly settle?: (tally: Tally<T>) => R;
+  /** Called when `signal` aborts the round, before it rejects. */
+  readonly aborted?: () => void;
 }
 
 const toError = (error: unknown): Error =>
@@ -301,6 +305,7 @@ class Round<T, R> implements Pending, Tally<T> {
       this.#onAbort = () => {
         if (this.#settled) return;
         this.#finish();
+        options.aborted?.();
         this.#reject(signal.reason);
       };
       signal.addEventListener("abort", this.#onAbort, { once: true });
@@ -334,16 +339,22 @@ class Round<T, R> implements Pending, Tally<T> {
 
   #answer(member: Member, reply: unknown): void {
     const { judge } = this.#options;
-    let value: T;
-    if (judge === undefined) value = reply as T;
-    else {
-      try {
-        value = judge(reply, member);
-      } catch (error) {
-        this.#fail(member, toError(error));
-        return;
-      }
+    if (judge === undefined) return this.#count(member, reply as T);
+    let value: T | Promise<T>;
+    try {
+      value = judge(reply, member);
+    } catch (error) {
+      this.#fail(member, toError(error));
+      return;
     }
+    if (value instanceof Promise) {
+      value.then((answer) => this.#count(member, answer), (error) => {
+        this.#fail(member, toError(error));
+      });
+    } else this.#count(member, value);
+  }
+
+  #count(member: Member, value: T): void {
     if (this.#settled) {
       this.#options.late?.(member, value, this);
       return;

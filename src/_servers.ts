@@ -22,6 +22,25 @@ export type Vote = number | Conflict;
 /** Sends one request to one server. */
 export type Send = (member: Member) => Promise<unknown>;
 
+/** Reads a server's reply as its vote, or a promise of it when the server must be asked more. */
+export type Judge = (reply: unknown, member: Member) => Vote | Promise<Vote>;
+
+/** A round of votes and what to make of it as it settles (see {@linkcode Servers.decide}). */
+export interface Decision<R> {
+  readonly keys: readonly string[];
+  /** ms each request may take. */
+  readonly timeout: number;
+  readonly signal: AbortSignal | undefined;
+  /** When the round started (monotonic). */
+  readonly start: number;
+  /** How to read a reply; by default as a script's vote. */
+  readonly judge?: Judge | undefined;
+  /** What the round resolves to, made of its ballot. */
+  readonly decide: (ballot: Ballot) => R | Promise<R>;
+  /** Called when the signal aborts the round, before it rejects. */
+  readonly aborted: () => void;
+}
+
 /** The outcome of one round of acquire, extend or release votes. */
 export interface Ballot {
   /** (Its `votesAgainst` answers `isConflict()` and `conflicts` without making errors.) */
@@ -169,6 +188,26 @@ export class Servers {
       failure: (error) => crossSlot(error, keys),
       settle: (tally) => this.ballot(tally, start),
     });
+  }
+
+  /**
+   * One round of votes like {@linkcode Servers.vote}, resolving to what
+   * `decision.decide` makes of the ballot as the round settles (a promise
+   * less than a `then` of the vote).
+   */
+  decide<R>(send: Send, decision: Decision<R>): Promise<R> {
+    const { keys, start, decide } = decision;
+    return round<Vote, R | Promise<R>>(this.members, send, {
+      timeout: decision.timeout,
+      start,
+      signal: decision.signal,
+      onError: this.emit,
+      done: this.decided,
+      judge: decision.judge ?? asVote,
+      failure: (error) => crossSlot(error, keys),
+      settle: (tally) => decide(this.ballot(tally, start)),
+      aborted: decision.aborted,
+    }) as Promise<R>;
   }
 
   /**

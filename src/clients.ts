@@ -7,6 +7,7 @@
 
 import type { LuaScript } from "./scripts.ts";
 import { describeValue } from "./_validate.ts";
+import { MsArg } from "./_time.ts";
 
 /**
  * What the lock asks of a Redis connection: run a Lua script, and optionally
@@ -232,6 +233,7 @@ export function nodeRedisClient(client: NodeRedisLike): ScriptClient {
   // differently there, and an option a version ignores would drop the NX.
   // A cluster's sendCommand takes the key that routes the command first.
   const { sendCommand } = c;
+  const lease = new MsArg();
   const send = typeof sendCommand !== "function"
     ? undefined
     : cluster
@@ -244,7 +246,7 @@ export function nodeRedisClient(client: NodeRedisLike): ScriptClient {
     (s, keys, args) => c.eval(s.source, { keys, arguments: args }),
     send === undefined ? {} : {
       setIfAbsent: (key, value, ms) =>
-        send(key, ["SET", key, value, "PX", String(ms), "NX"]).then(wasSet),
+        send(key, ["SET", key, value, "PX", lease.of(ms), "NX"]).then(wasSet),
       pttl: (key) => send(key, ["PTTL", key]).then(toTtl),
     },
   );
@@ -327,6 +329,7 @@ export function glideClient(client: GlideLike): ScriptClient {
 
 /** A script client over a client that sends raw commands given as arrays. */
 function commandClient(client: object, send: (args: string[]) => Promise<unknown>): ScriptClient {
+  const lease = new MsArg();
   const call = (first: string, s: LuaScript, keys: readonly string[], args: readonly string[]) =>
     send([first, first === "EVALSHA" ? s.sha1 : s.source, String(keys.length), ...keys, ...args]);
   return withFallback(
@@ -336,7 +339,7 @@ function commandClient(client: object, send: (args: string[]) => Promise<unknown
     (s, keys, args) => call("EVAL", s, keys, args),
     {
       setIfAbsent: (key, value, ms) =>
-        send(["SET", key, value, "PX", String(ms), "NX"]).then(wasSet),
+        send(["SET", key, value, "PX", lease.of(ms), "NX"]).then(wasSet),
       pttl: (key) => send(["PTTL", key]).then(toTtl),
     },
   );

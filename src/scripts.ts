@@ -12,6 +12,7 @@
  */
 
 import { sha1 } from "./_sha1.ts";
+import { MsArg } from "./_time.ts";
 
 /** A Lua script with its SHA-1, as handed to {@linkcode ScriptClient.evalScript}. */
 export interface LuaScript {
@@ -110,6 +111,9 @@ end
 return token`,
 );
 
+const LEASE_ARG = new MsArg();
+const RESERVATION_ARG = new MsArg();
+
 /** What an acquire asks of ACQUIRE besides its resources and value. */
 export interface AcquireTerms {
   /** The lease in ms. */
@@ -135,7 +139,9 @@ export function acquireCall(
   terms: AcquireTerms,
 ): ScriptCall {
   const { duration, fencing, seat, queueLife } = terms;
-  if (!fencing && seat.kind === "none") return { keys: resources, args: [value, String(duration)] };
+  if (!fencing && seat.kind === "none") {
+    return { keys: resources, args: [value, LEASE_ARG.of(duration)] };
+  }
   const counters = fencing ? resources.map(fenceKey) : [];
   const queues = seat.kind === "none"
     ? []
@@ -307,7 +313,7 @@ export function releaseCall(
   const keys = resources.length === 1
     ? [resources[0]!, queueKey(resources[0]!)]
     : [...resources, ...resources.map(queueKey)];
-  const args = [value, String(terms.reservation)];
+  const args = [value, RESERVATION_ARG.of(terms.reservation)];
   if (mode !== RELEASE_MODE.release) args.push(mode);
   if (mode === RELEASE_MODE.giveWay) {
     if (ticket === undefined) throw new TypeError("give-way mode needs the value's ticket");

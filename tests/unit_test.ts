@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { sha1 } from "../src/_sha1.ts";
 import { hashSlot } from "../src/_slot.ts";
-import { drift, validUntil } from "../src/_time.ts";
+import { drift, MsArg, validUntil } from "../src/_time.ts";
 import { deadline, delay } from "../src/_delay.ts";
 import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/scripts.ts";
 import { Alarm, forgetTimer, IDLE_MS, type Member, round } from "../src/_quorum.ts";
@@ -40,6 +40,13 @@ Deno.test("drift() is round(factor × duration) + 2 and validUntil() subtracts i
   assert.equal(drift(250, 0.01), 5); // round(2.5) = 3
   assert.equal(drift(1_000, 0), 2);
   assert.equal(validUntil(100, 10_000, 0.01), 100 + 10_000 - 102);
+});
+
+Deno.test("MsArg gives each ms as its decimal string, also when the ms change", () => {
+  const arg = new MsArg();
+  for (const ms of [500, 500, 10_000, 500, 1, 2 ** 31 - 1, 2 ** 31 - 1]) {
+    assert.equal(arg.of(ms), String(ms));
+  }
 });
 
 Deno.test("delay() rejects with the signal's reason and leaves no timer", async () => {
@@ -193,6 +200,59 @@ Deno.test("round(): rounds for several IDLE_MS in a row share one timer, which s
   } finally {
     timers.restore();
   }
+});
+
+Deno.test("round() tallies an answer its judge asks more for, and gives one that comes after it settled to late()", async () => {
+  const late: [number, unknown][] = [];
+  const tally = await round<string>(
+    [member(0, 0), member(1, 0), member(2, 30)],
+    (m) => m.runner.evalScript(RELEASE, [], []),
+    {
+      timeout: 500,
+      onError: () => {},
+      done: ({ answers }) => answers.size >= 2,
+      // server 0's reply needs a second request before it counts
+      judge: (reply, m) => m.index === 0 ? sleep(5).then(() => `asked ${reply}`) : `got ${reply}`,
+      late: (m, answer) => late.push([m.index, answer]),
+    },
+  );
+  assert.deepEqual([...tally.answers], [[1, "got 1"], [0, "asked 0"]]);
+  await sleep(50);
+  assert.deepEqual(late, [[2, "got 2"]]);
+  const failed = await round<number>([member(0, 0)], (m) => m.runner.evalScript(RELEASE, [], []), {
+    timeout: 500,
+    onError: () => {},
+    done: () => false,
+    judge: () => Promise.reject(new TypeError("bad second reply")),
+  });
+  assert.equal(failed.answers.size, 0);
+  assert.equal(failed.errors.get(0)?.message, "bad second reply");
+});
+
+Deno.test("round() calls aborted() once when its signal aborts it, before it rejects", async () => {
+  const controller = new AbortController();
+  const events: string[] = [];
+  const settled = round([member(0, Infinity)], (m) => m.runner.evalScript(RELEASE, [], []), {
+    timeout: 500,
+    signal: controller.signal,
+    onError: () => {},
+    done: () => false,
+    aborted: () => events.push("aborted"),
+  }).catch((error) => events.push(`rejected: ${error}`));
+  controller.abort("stop");
+  await settled;
+  assert.deepEqual(events, ["aborted", "rejected: stop"]);
+  // a round that settled first is not aborted
+  const other = new AbortController();
+  await round([member(0, 0)], (m) => m.runner.evalScript(RELEASE, [], []), {
+    timeout: 500,
+    signal: other.signal,
+    onError: () => {},
+    done: () => false,
+    aborted: () => events.push("aborted late"),
+  });
+  other.abort();
+  assert.deepEqual(events, ["aborted", "rejected: stop"]);
 });
 
 /** An Alarm that calls `fire` when it goes off. */
