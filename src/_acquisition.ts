@@ -106,7 +106,7 @@ export function acquire(context: AcquireContext, request: AcquireRequest): Promi
     decide: (ballot) => {
       const until = validUntil(start, duration, settings.driftFactor);
       if (!fencing && ballot.ok && until > ballot.end) {
-        return newLock(context.owner, request, [ballot.stats], until, undefined);
+        return newLock(context.owner, request, Object.freeze([ballot.stats]), until, undefined);
       }
       return new Acquisition(context, request).run({ start, ballot });
     },
