@@ -14,9 +14,13 @@ const WHOLE = -1;
 export class AttemptLog {
   readonly #membershipSize: number;
   readonly #quorumSize: number;
+  /** Per attempt: its elapsed ms. */
+  readonly #elapsed: number[] = [];
   /**
-   * Per attempt: its elapsed ms, how many servers voted for and which, then
-   * the conflicts (see `VotesAgainst.pack()`); or WHOLE and an index.
+   * Per attempt: how many servers voted for and which, then the conflicts
+   * (see `VotesAgainst.pack()`); or WHOLE and an index. (Whole numbers
+   * only, apart from `#elapsed`: an array of small integers takes half the
+   * room of one with a fraction in it.)
    */
   readonly #packed: number[] = [];
   /** Attempts that do not pack (a server failed): kept as they are. */
@@ -30,8 +34,9 @@ export class AttemptLog {
   push(stats: ExecutionStats): void {
     const packed = this.#packed;
     const mark = packed.length;
+    this.#elapsed.push(stats.elapsed);
     if (stats.membershipSize === this.#membershipSize && stats.quorumSize === this.#quorumSize) {
-      packed.push(stats.elapsed, stats.votesFor.length, ...stats.votesFor);
+      packed.push(stats.votesFor.length, ...stats.votesFor);
       if (packAgainst(stats.votesAgainst, packed)) return;
       packed.length = mark;
     }
@@ -50,10 +55,10 @@ export class AttemptLog {
         at += 2;
         continue;
       }
-      const elapsed = packed[at]!;
-      const count = packed[at + 1]!;
-      const votesFor = packed.slice(at + 2, at + 2 + count);
-      const [votesAgainst, next] = VotesAgainst.unpack(packed, at + 2 + count);
+      const elapsed = this.#elapsed[list.length]!;
+      const count = packed[at]!;
+      const votesFor = packed.slice(at + 1, at + 1 + count);
+      const [votesAgainst, next] = VotesAgainst.unpack(packed, at + 1 + count);
       list.push({
         membershipSize: this.#membershipSize,
         quorumSize: this.#quorumSize,

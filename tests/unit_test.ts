@@ -419,6 +419,19 @@ Deno.test("acquire() sends SET NX only for one resource without fencing when eve
   assert.deepEqual(await take(mixed, "one"), ["acquire", "acquire", "acquire"]);
 });
 
+Deno.test("AttemptLog gives back an attempt's elapsed exactly as measured", () => {
+  const log = new AttemptLog(3, 2);
+  const stats = (elapsed: number) => ({
+    membershipSize: 3,
+    quorumSize: 2,
+    votesFor: [1],
+    votesAgainst: new VotesAgainst([new Conflict(2, 950)], new Map()),
+    elapsed,
+  });
+  for (const elapsed of [1.2345678, 0.000123, 1e9 + 0.5]) log.push(stats(elapsed));
+  assert.deepEqual(log.list().map((a) => a.elapsed), [1.2345678, 0.000123, 1e9 + 0.5]);
+});
+
 Deno.test("AttemptLog gives back every attempt as pushed, a failed server's error included", () => {
   const log = new AttemptLog(3, 2);
   const refused = new Error("connection closed");
