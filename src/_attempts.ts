@@ -15,14 +15,14 @@ export class AttemptLog {
   readonly #membershipSize: number;
   readonly #quorumSize: number;
   /** Per attempt: its elapsed ms. */
-  readonly #elapsed: number[] = [];
+  #elapsed: number[] = [];
   /**
    * Per attempt: how many servers voted for and which, then the conflicts
    * (see `VotesAgainst.pack()`); or WHOLE and an index. (Whole numbers
    * only, apart from `#elapsed`: an array of small integers takes half the
    * room of one with a fraction in it.)
    */
-  readonly #packed: number[] = [];
+  #packed: number[] = [];
   /** Attempts that do not pack (a server failed): kept as they are. */
   #whole: ExecutionStats[] | undefined;
 
@@ -32,16 +32,16 @@ export class AttemptLog {
   }
 
   push(stats: ExecutionStats): void {
-    const packed = this.#packed;
-    const mark = packed.length;
-    this.#elapsed.push(stats.elapsed);
+    this.#elapsed = append(this.#elapsed, [stats.elapsed]);
     if (stats.membershipSize === this.#membershipSize && stats.quorumSize === this.#quorumSize) {
-      packed.push(stats.votesFor.length, ...stats.votesFor);
-      if (packAgainst(stats.votesAgainst, packed)) return;
-      packed.length = mark;
+      const entry = [stats.votesFor.length, ...stats.votesFor];
+      if (packAgainst(stats.votesAgainst, entry)) {
+        this.#packed = append(this.#packed, entry);
+        return;
+      }
     }
     const whole = this.#whole ??= [];
-    packed.push(WHOLE, whole.length);
+    this.#packed = append(this.#packed, [WHOLE, whole.length]);
     whole.push(stats);
   }
 
@@ -70,6 +70,20 @@ export class AttemptLog {
     }
     return list;
   }
+}
+
+/**
+ * `list` with `items` at its end: a short list copied at its new size (an
+ * array grown by push keeps room for 16 more, more than most acquires'
+ * whole log), a long one grown in place (a copy per push would cost the
+ * square of its length).
+ */
+function append(list: number[], items: readonly number[]): number[] {
+  if (list.length >= 64) {
+    list.push(...items);
+    return list;
+  }
+  return list.concat(items);
 }
 
 /** Appends `votes` to `out` as `VotesAgainst.pack()` does; false when they do not pack. */
