@@ -578,8 +578,9 @@ class Acquisition implements Sleeper {
 }
 
 /**
- * `attempt` as an acquire keeps it until it ends: its stats compact (see
- * `VotesAgainst.compact()`), for a queued acquire keeps every attempt's.
+ * `attempt` with its stats compact (see `VotesAgainst.compact()`): a turn
+ * that polls or watches keeps its last attempt while it sleeps. (A queued
+ * sleep keeps none: its turn has returned.)
  */
 function kept(attempt: Attempt): Attempt {
   const { ballot } = attempt;

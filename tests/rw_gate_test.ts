@@ -1,7 +1,7 @@
 /** The gate of read-write locks (the writer key, taken by SET NX when free), attacked case by case on 3 real servers. */
 import assert from "node:assert/strict";
 import { Redlock } from "../mod.ts";
-import { RW_RELEASE, rwKeys, rwModeCall } from "../src/_rw_scripts.ts";
+import { type Mode, RW_RELEASE, rwKeys, rwModeCall } from "../src/_rw_scripts.ts";
 import { get, integer, type RedisServers, setup, sleep } from "./_redis.ts";
 
 const gates = (servers: RedisServers, key: string) =>
@@ -84,42 +84,34 @@ Deno.test("a reader's release that runs before its SET NX on one server leaves t
   assert.equal(await get(s0, keys[0]!), null, "gone after its lease");
 });
 
-Deno.test("a reader waiting on a SET NX writer is woken by its release (retryDelay 3 s)", async () => {
+/**
+ * `first` holds name's lock (taken by SET NX), a `second` acquire of another
+ * Redlock waits; after `first` is released, `second` must come in long
+ * before its 3 s retry delay: the release woke it.
+ */
+async function wokenAfterRelease(name: string, first: Mode, second: Mode): Promise<void> {
   await using env = await setup("ioredis", 3);
-  const redlock = new Redlock(env.clients, { retryDelay: 3_000, retryJitter: 0 });
-  const other = new Redlock(env.clients, { retryDelay: 3_000, retryJitter: 0 });
-  const w = await redlock.readWriteLock("t5").write(20_000);
-  const reading = other.readWriteLock("t5").read(5_000, { timeout: 10_000 });
+  await using redlock = new Redlock(env.clients, { retryDelay: 3_000, retryJitter: 0 });
+  await using other = new Redlock(env.clients, { retryDelay: 3_000, retryJitter: 0 });
+  const held = await redlock.readWriteLock(name)[first](20_000);
+  const gate = first === "read" ? `r:${held.value}` : held.value;
+  assert.equal(await get(env.servers.servers[0]!, rwKeys(name)[0]!), gate);
+  const waiting = other.readWriteLock(name)[second](5_000, { timeout: 10_000 });
   await sleep(300);
   const start = performance.now();
-  await w.release();
-  const r = await reading;
+  await held.release();
+  const lock = await waiting;
   const waited = performance.now() - start;
-  console.log(`reader woken ${waited.toFixed(0)} ms after the writer's release`);
+  console.log(`${second} woken ${waited.toFixed(0)} ms after the ${first} lock's release`);
   assert.ok(waited < 1_500, `woken ${waited} ms after the release (retryDelay 3000)`);
-  await r.release();
-  await other[Symbol.asyncDispose]();
-  await redlock[Symbol.asyncDispose]();
-});
+  await lock.release();
+}
 
-Deno.test("a writer waiting on a lone SET NX reader is woken by its release (retryDelay 3 s)", async () => {
-  await using env = await setup("ioredis", 3);
-  const redlock = new Redlock(env.clients, { retryDelay: 3_000, retryJitter: 0 });
-  const other = new Redlock(env.clients, { retryDelay: 3_000, retryJitter: 0 });
-  const r = await redlock.readWriteLock("t6").read(20_000);
-  assert.equal(await get(env.servers.servers[0]!, rwKeys("t6")[0]!), `r:${r.value}`);
-  const writing = other.readWriteLock("t6").write(5_000, { timeout: 10_000 });
-  await sleep(300);
-  const start = performance.now();
-  await r.release();
-  const w = await writing;
-  const waited = performance.now() - start;
-  console.log(`writer woken ${waited.toFixed(0)} ms after the lone reader's release`);
-  assert.ok(waited < 1_500, `woken ${waited} ms after the release (retryDelay 3000)`);
-  await w.release();
-  await other[Symbol.asyncDispose]();
-  await redlock[Symbol.asyncDispose]();
-});
+Deno.test("a reader waiting on a SET NX writer is woken by its release (retryDelay 3 s)", () =>
+  wokenAfterRelease("t5", "write", "read"));
+
+Deno.test("a writer waiting on a lone SET NX reader is woken by its release (retryDelay 3 s)", () =>
+  wokenAfterRelease("t6", "read", "write"));
 
 Deno.test("SET NX on one server of three, writer values on the others: the failed reader leaves nothing", async () => {
   await using env = await setup("ioredis", 3);
