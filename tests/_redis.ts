@@ -129,6 +129,28 @@ export async function onServer(
   assert.equal(value, expected, `${key} on the server`);
 }
 
+/**
+ * Asserts that `key` holds `expected` on a quorum of the servers, waiting up
+ * to 2 s for it, and no other value on the rest: a lock taken right after
+ * another's release may miss a server the release had not reached yet.
+ */
+export async function onQuorum(
+  servers: RedisServers,
+  key: string,
+  expected: string,
+): Promise<void> {
+  const read = () => Promise.all(servers.servers.map((s) => get(s, key)));
+  const quorum = Math.floor(servers.servers.length / 2) + 1;
+  const count = (values: (string | null)[]) => values.filter((v) => v === expected).length;
+  let values = await read();
+  for (let i = 0; i < 100 && count(values) < quorum; i++) {
+    await sleep(20);
+    values = await read();
+  }
+  assert.ok(count(values) >= quorum, `${key} is ${expected} on a quorum: ${values}`);
+  assert.ok(values.every((v) => v === expected || v === null), `no other value: ${values}`);
+}
+
 /** {@linkcode onServer} for every server. */
 export async function onEveryServer(
   servers: RedisServers,
