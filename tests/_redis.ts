@@ -112,52 +112,59 @@ export async function get(server: RedisServer, key: string): Promise<string | nu
 }
 
 /**
- * Asserts that `key` holds `expected` on `server`, waiting up to 2 s for it:
- * a round settles on a quorum, and the requests it did not wait for land
- * within milliseconds after (longer on a loaded machine).
+ * Reads until `done` holds of what it read, for up to 2 s; returns the last
+ * read. A round settles on a quorum, and the requests it did not wait for
+ * land within milliseconds after (longer on a loaded machine).
  */
+async function settled<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
+  let value = await read();
+  for (let i = 0; i < 100 && !done(value); i++) {
+    await sleep(20);
+    value = await read();
+  }
+  return value;
+}
+
+/** The value of `key` on each server. */
+function valuesOf(servers: RedisServers, key: string): Promise<(string | null)[]> {
+  return Promise.all(servers.servers.map((s) => get(s, key)));
+}
+
+/** Asserts that `key` holds `expected` on `server`, waiting up to 2 s for it. */
 export async function onServer(
   server: RedisServer,
   key: string,
   expected: string | null,
 ): Promise<void> {
-  let value = await get(server, key);
-  for (let i = 0; i < 100 && value !== expected; i++) {
-    await sleep(20);
-    value = await get(server, key);
-  }
+  const value = await settled(() => get(server, key), (v) => v === expected);
   assert.equal(value, expected, `${key} on the server`);
 }
 
+/** Asserts that `key` holds `expected` on every server, waiting up to 2 s for it. */
+export async function onEveryServer(
+  servers: RedisServers,
+  key: string,
+  expected: string | null,
+): Promise<void> {
+  const found = await settled(() => valuesOf(servers, key), (v) => v.every((x) => x === expected));
+  assert.deepEqual(found, servers.servers.map(() => expected), `${key} on every server`);
+}
+
 /**
- * Asserts that `key` holds `expected` on a quorum of the servers, waiting up
- * to 2 s for it, and no other value on the rest: a lock taken right after
- * another's release may miss a server the release had not reached yet.
+ * Asserts that `key` holds `expected` on a quorum of the servers and no
+ * other value on the rest, waiting up to 2 s for it: a lock taken right
+ * after another's release may miss a server the release had not reached.
  */
 export async function onQuorum(
   servers: RedisServers,
   key: string,
   expected: string,
 ): Promise<void> {
-  const read = () => Promise.all(servers.servers.map((s) => get(s, key)));
   const quorum = Math.floor(servers.servers.length / 2) + 1;
   const count = (values: (string | null)[]) => values.filter((v) => v === expected).length;
-  let values = await read();
-  for (let i = 0; i < 100 && count(values) < quorum; i++) {
-    await sleep(20);
-    values = await read();
-  }
-  assert.ok(count(values) >= quorum, `${key} is ${expected} on a quorum: ${values}`);
-  assert.ok(values.every((v) => v === expected || v === null), `no other value: ${values}`);
-}
-
-/** {@linkcode onServer} for every server. */
-export async function onEveryServer(
-  servers: RedisServers,
-  key: string,
-  expected: string | null,
-): Promise<void> {
-  for (const server of servers.servers) await onServer(server, key, expected);
+  const found = await settled(() => valuesOf(servers, key), (v) => count(v) >= quorum);
+  assert.ok(count(found) >= quorum, `${key} is ${expected} on a quorum: ${found}`);
+  assert.ok(found.every((v) => v === expected || v === null), `no other value: ${found}`);
 }
 
 /** An integer reply of a raw command. */

@@ -101,10 +101,7 @@ Deno.test("FaultProxy adds its one-way delay to each direction of a round trip",
     proxy.delay(3, { direction: Direction.ToClient });
     proxy.delay(0, { direction: Direction.ToServer });
     const oneWay = await pingMs(raw, 10);
-    assert.ok(
-      oneWay >= 3 && oneWay < delayed,
-      `3 ms one way gave ${oneWay} ms, 5 ms each way ${delayed}`,
-    );
+    assert.ok(oneWay >= 3 && oneWay < 10, `3 ms one way gave a round trip of ${oneWay} ms`);
     proxy.delay(0.5);
     const fine = await pingMs(raw, 50);
     assert.ok(fine >= 1, `0.5 ms each way gave a round trip of ${fine} ms`);

@@ -140,8 +140,8 @@ Deno.test("round() times out each round at its own deadline and leaves no timer 
       options(40),
     );
     const [longMs, shortMs] = await Promise.all([took(long), took(short)]);
-    assert.ok(shortMs >= 39 && shortMs < 290, `short round settled after ${shortMs} ms`);
-    assert.ok(longMs >= 299 && longMs < 1_500, `long round settled after ${longMs} ms`);
+    assert.ok(shortMs >= 39 && shortMs < 200, `short round settled after ${shortMs} ms`);
+    assert.ok(longMs >= 299 && longMs < 600, `long round settled after ${longMs} ms`);
     const tally = await long;
     assert.deepEqual([...tally.answers], [[0, 0]]);
     assert.ok(tally.errors.get(1) instanceof RequestTimeoutError);
@@ -193,7 +193,7 @@ Deno.test("round(): rounds for several IDLE_MS in a row share one timer, which s
     const start = performance.now();
     const tally = await round([member(1, Infinity)], send, options(45));
     const took = performance.now() - start;
-    assert.ok(took >= 44 && took < 1_000, `timed out after ${took} ms`);
+    assert.ok(took >= 44 && took < 300, `timed out after ${took} ms`);
     assert.ok(tally.errors.get(1) instanceof RequestTimeoutError);
     await sleep(IDLE_MS + 20);
     assert.equal(timers.live(), 0, `a timer still pending ${IDLE_MS + 20} ms after the last round`);

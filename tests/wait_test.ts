@@ -20,7 +20,7 @@ for (const kind of KINDS) {
     const start = performance.now();
     controller.abort(reason);
     await assert.rejects(waiting, (e) => e === reason);
-    assert.ok(performance.now() - start < 500, "rejects at once, not after the retry delay");
+    assert.ok(performance.now() - start < 100, "rejects at once, not after the retry delay");
     // still the other holder's, as it wrote it
     for (const server of env.servers.servers) {
       assert.equal(await get(server, "busy"), "other");
