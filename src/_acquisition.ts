@@ -17,20 +17,12 @@ import {
   type ReleaseTerms,
   type Seat,
 } from "./scripts.ts";
-import {
-  type Ballot,
-  type Judge,
-  type Send,
-  type Servers,
-  show,
-  toNumber,
-  type Vote,
-} from "./_servers.ts";
+import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from "./_servers.ts";
 import type { Listening, Sleeper, Waiters } from "./_waiters.ts";
 import type { Member, Tally } from "./_quorum.ts";
 import { Conflict, VotesAgainst } from "./_votes.ts";
 import { AttemptLog } from "./_attempts.ts";
-import { setVote } from "./_fast_path.ts";
+import { type Held, setIfAbsent, setIfAbsentVote } from "./_fast_path.ts";
 import { fence } from "./_extend.ts";
 import { retryWait, type Settings } from "./_options.ts";
 import { delay, within } from "./_delay.ts";
@@ -92,7 +84,7 @@ export function acquire(context: AcquireContext, request: AcquireRequest): Promi
   const { servers } = context;
   const start = now();
   const plain = servers.plain && !fencing && keys.length === 1
-    ? setIfAbsentVote(keys[0]!, request.value, duration)
+    ? setIfAbsentVote(keys[0]!, request.value, duration, holderTtl(keys[0]!))
     : undefined;
   const send = plain?.send ??
     servers.sender(ACQUIRE, acquireCall(keys, request.value, terms(request, NO_SEAT)));
@@ -255,7 +247,11 @@ class Acquisition implements Sleeper {
       this.#leave(this.#servers.members);
       this.#listening?.done();
     } catch (failure) {
-      // Only a broken client throws here; the acquire settles all the same.
+      // Only a broken client throws here; the acquire settles all the same, and a lock it got
+      // is let go rather than left to its lease.
+      if (lock !== undefined) {
+        this.#servers.quietly(this.#releaser(RELEASE_MODE.release), this.#servers.members);
+      }
       return this.#reject(failure);
     }
     if (lock !== undefined) this.#resolve(lock);
@@ -567,7 +563,7 @@ class Acquisition implements Sleeper {
   #sender(): Send {
     const { keys, value, duration } = this.#request;
     return this.#setIfAbsent
-      ? setIfAbsent(keys[0]!, value, duration)
+      ? setIfAbsent(keys[0]!, value, duration, holderTtl(keys[0]!))
       : this.#servers.sender(ACQUIRE, acquireCall(keys, value, terms(this.#request, this.#seat)));
   }
 
@@ -639,29 +635,10 @@ function newLock(
 }
 
 /**
- * Acquire votes by `SET key value PX duration NX`: for when it was set,
- * else a conflict with the holder's TTL, asked by PTTL. The PTTL is only
- * read; nothing is written after a SET, so a release sent on the same
- * connection behind it still lands last. (The lean first round reads the
- * reply with `judge` in place; later rounds send `setIfAbsent()`.)
+ * A refusal of the acquire's `SET NX` as a conflict with the holder's TTL,
+ * asked by PTTL. The PTTL is only read; nothing is written after a SET, so
+ * a release sent on the same connection behind it still lands last.
  */
-function setIfAbsentVote(key: string, value: string, duration: number): {
-  send: Send;
-  judge: Judge;
-} {
-  return {
-    send: (m) => m.runner.setIfAbsent!(key, value, duration),
-    judge: (set, m) =>
-      setVote(
-        set,
-        m,
-        () => m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index))),
-      ),
-  };
-}
-
-/** {@linkcode setIfAbsentVote} as one request that resolves to the vote. */
-function setIfAbsent(key: string, value: string, duration: number): Send {
-  const { send, judge } = setIfAbsentVote(key, value, duration);
-  return (m) => send(m).then((set) => judge(set, m));
+function holderTtl(key: string): Held {
+  return (m) => m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
 }

@@ -5,7 +5,7 @@
  * handle has not seen it held just now.
  */
 
-import type { Send, Servers } from "./_servers.ts";
+import type { Judge, Send, Servers, Vote } from "./_servers.ts";
 import type { Member } from "./_quorum.ts";
 import { Conflict } from "./_votes.ts";
 import { now } from "./_time.ts";
@@ -34,21 +34,36 @@ export class FastPath {
   }
 }
 
+/** What a server's refusal of `SET … NX` counts as: a conflict, maybe once the server said more. */
+export type Held = (m: Member) => Vote | Promise<Vote>;
+
+/** A refusal as a conflict of unknown TTL (the script round that follows a miss tells the TTL). */
+export const unknownTtl: Held = (m) => new Conflict(m.index, -1);
+
 /**
- * Votes by `SET key value PX ms NX`: for when it was set, else a conflict
- * of unknown TTL (the script round that follows a miss tells the TTL).
+ * Votes by `SET key value PX ms NX`: for (0) when the key was set, else
+ * what `held` makes of the refusal. Apart as `send` and `judge` for a round
+ * that reads the replies in place.
  */
-export function setIfAbsent(key: string, value: string, ms: number): Send {
-  return (m) =>
-    m.runner.setIfAbsent!(key, value, ms).then((set) =>
-      setVote(set, m, () => new Conflict(m.index, -1))
-    );
+export function setIfAbsentVote(
+  key: string,
+  value: string,
+  ms: number,
+  held: Held,
+): { send: Send; judge: Judge } {
+  return {
+    send: (m) => m.runner.setIfAbsent!(key, value, ms),
+    judge: (set, m) => {
+      if (typeof set !== "boolean") {
+        throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
+      }
+      return set ? 0 : held(m);
+    },
+  };
 }
 
-/** The vote of server `m`'s `SET … NX` reply `set`: for (0) when it was set, else `held()`. */
-export function setVote<V>(set: unknown, m: Member, held: () => V): 0 | V {
-  if (typeof set !== "boolean") {
-    throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
-  }
-  return set ? 0 : held();
+/** {@linkcode setIfAbsentVote} as one request that resolves to the vote. */
+export function setIfAbsent(key: string, value: string, ms: number, held: Held): Send {
+  const { send, judge } = setIfAbsentVote(key, value, ms, held);
+  return (m) => send(m).then((set) => judge(set, m));
 }

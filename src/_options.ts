@@ -36,8 +36,8 @@ const SETTINGS = [
   "wait",
 ] as const;
 
-/** Every field of `Settings`. */
-const FIELDS = [...SETTINGS, "automaticExtensionThreshold", "thresholdSet"] as const;
+/** Every field of `Settings`: those of the defaults, which must name them all. */
+const FIELDS = Object.keys(DEFAULTS) as readonly (keyof Settings)[];
 
 /** The option names each kind of call takes. */
 export const KNOWN = {

@@ -50,7 +50,7 @@ export interface RoundOptions<T, R = Tally<T>> {
    */
   readonly settle?: (tally: Tally<T>) => R;
   /** Called when `signal` aborts the round, before it rejects. */
-  readonly aborted?: () => void;
+  readonly aborted?: (() => void) | undefined;
 }
 
 const toError = (error: unknown): Error =>
@@ -305,8 +305,11 @@ class Round<T, R> implements Pending, Tally<T> {
       this.#onAbort = () => {
         if (this.#settled) return;
         this.#finish();
-        options.aborted?.();
-        this.#reject(signal.reason);
+        try {
+          options.aborted?.();
+        } finally {
+          this.#reject(signal.reason);
+        }
       };
       signal.addEventListener("abort", this.#onAbort, { once: true });
     }

@@ -37,8 +37,12 @@ export interface Decision<R> {
   readonly judge?: Judge | undefined;
   /** What the round resolves to, made of its ballot. */
   readonly decide: (ballot: Ballot) => R | Promise<R>;
+  /** Called for an answer that comes after the round settled (see `RoundOptions.late`). */
+  readonly late?:
+    | ((member: Member, vote: Vote | undefined, tally: Tally<Vote>) => void)
+    | undefined;
   /** Called when the signal aborts the round, before it rejects. */
-  readonly aborted: () => void;
+  readonly aborted?: (() => void) | undefined;
 }
 
 /** The outcome of one round of acquire, extend or release votes. */
@@ -177,17 +181,7 @@ export class Servers {
     start: number = now(),
     late?: (member: Member, vote: Vote | undefined, tally: Tally<Vote>) => void,
   ): Promise<Ballot> {
-    return round<Vote, Ballot>(this.members, send, {
-      timeout,
-      start,
-      signal,
-      late,
-      onError: this.emit,
-      done: this.decided,
-      judge: asVote,
-      failure: (error) => crossSlot(error, keys),
-      settle: (tally) => this.ballot(tally, start),
-    });
+    return this.decide(send, { keys, timeout, signal, start, late, decide: (ballot) => ballot });
   }
 
   /**
@@ -201,6 +195,7 @@ export class Servers {
       timeout: decision.timeout,
       start,
       signal: decision.signal,
+      late: decision.late,
       onError: this.emit,
       done: this.decided,
       judge: decision.judge ?? asVote,

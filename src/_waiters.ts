@@ -68,6 +68,7 @@ const TIDY_MS = 1_000;
  */
 export class Waiters {
   readonly #members: readonly Member[];
+  readonly #quorum: number;
   readonly #factory: SubscriberFactory;
   readonly #onError: (error: Error, member: Member) => void;
   readonly #channels = new Map<string, Channel>();
@@ -105,6 +106,7 @@ export class Waiters {
     this.#wake = wakeChannel(id);
     this.#wakeNames = [this.#wake];
     this.#members = members;
+    this.#quorum = Math.floor(members.length / 2) + 1;
     this.#factory = factory;
     this.#onError = onError;
   }
@@ -173,7 +175,7 @@ export class Waiters {
 
   /** How many servers' release messages make a release. */
   get quorum(): number {
-    return Math.floor(this.#members.length / 2) + 1;
+    return this.#quorum;
   }
 
   /** Ends `interest`, which listens to `channels` (see `Listening.done()`). */

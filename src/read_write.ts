@@ -41,7 +41,7 @@ import {
 } from "./_contend.ts";
 import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { extend } from "./_extend.ts";
-import { FastPath, setIfAbsent } from "./_fast_path.ts";
+import { FastPath, setIfAbsent, unknownTtl } from "./_fast_path.ts";
 import {
   checkCallOptions,
   checkSettings,
@@ -551,7 +551,7 @@ class RwAcquire implements Contender {
     const [writer] = this.#keys;
     const gate = this.#mode === "read" ? GATE.lone + value : value;
     const start = now();
-    const send = setIfAbsent(writer!, gate, duration);
+    const send = setIfAbsent(writer!, gate, duration, unknownTtl);
     const ballot = await this.#servers.vote(
       send,
       this.#keys,

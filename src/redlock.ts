@@ -726,10 +726,6 @@ export class Redlock extends EventTarget implements LockOwner {
   /** Acquires, bounded by `timeout` when given, through the hooks and with the event. */
   #acquire(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
     const hooks = HOOKS.get(this);
-    // The usual call, with nothing to wrap it in, goes straight to the acquire.
-    if (hooks === undefined && timeout === undefined && !this.#listened("acquired")) {
-      return acquire(this.#context, request);
-    }
     if (hooks === undefined) return this.#acquireNow(request, timeout);
     return hooks.acquire(request.keys, () => this.#acquireNow(request, timeout), request.signal);
   }

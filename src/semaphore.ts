@@ -33,7 +33,7 @@ import { contextOf } from "./read_write.ts";
 import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { checkKeys, KNOWN } from "./_options.ts";
 import { within } from "./_delay.ts";
-import { FastPath, setIfAbsent } from "./_fast_path.ts";
+import { FastPath, setIfAbsent, unknownTtl } from "./_fast_path.ts";
 import { drift, now, validUntil } from "./_time.ts";
 import { checkNumber, checkResource } from "./_validate.ts";
 
@@ -436,7 +436,7 @@ class PermitAcquire implements Contender {
     const { slot } = this.#fast;
     const key = slotKey(this.#semaphore.name, slot);
     const start = now();
-    const send = setIfAbsent(key, value, duration);
+    const send = setIfAbsent(key, value, duration, unknownTtl);
     const ballot = await this.#servers.vote(send, [key], this.#timeout, signal, start);
     const until = validUntil(start, duration, settings.driftFactor);
     if (ballot.ok && until > ballot.end) {
