@@ -1,14 +1,15 @@
 /**
- * The fast first attempt of read-write locks and permits: one plain
- * `SET key value PX lease NX` per server instead of a script, where a key
- * that is set proves the lock free (see docs/protocol.md), and where the
- * handle has not seen it held just now.
+ * Votes by a plain `SET key value PX lease NX` per server instead of a
+ * script: an acquire's attempts while its one resource looks free, and the
+ * fast first attempt of read-write locks and permits, where a key that is
+ * set proves the lock free (see docs/protocol.md) and the handle has not
+ * seen it held just now.
  */
 
-import type { Judge, Send, Servers, Vote } from "./_servers.ts";
+import type { Ballot, Judge, Send, Servers, Vote } from "./_servers.ts";
 import type { Member } from "./_quorum.ts";
 import { Conflict } from "./_votes.ts";
-import { now } from "./_time.ts";
+import { now, validUntil } from "./_time.ts";
 import { describeValue } from "./_validate.ts";
 
 /** ms a handle's acquires skip the fast attempt after one found its key held. */
@@ -32,13 +33,51 @@ export class FastPath {
   missed(): void {
     this.#pausedUntil = now() + FAST_PATH_PAUSE_MS;
   }
+
+  /**
+   * One round of `SET key value PX duration NX`: its stats and the lock's
+   * validity when a quorum set it in time; else undefined (and, when it was
+   * held somewhere, the fast attempts pause).
+   */
+  async attempt(servers: Servers, round: FastRound): Promise<FastWin | undefined> {
+    const { key, duration } = round;
+    const start = now();
+    const send = setIfAbsent(key, round.value, duration, unknownTtl);
+    const ballot = await servers.vote(send, round.keys, round.timeout, round.signal, start);
+    const until = validUntil(start, duration, round.driftFactor);
+    if (ballot.ok && until > ballot.end) return { stats: ballot.stats, until };
+    if (ballot.stats.votesAgainst.conflicts > 0) this.missed();
+    return undefined;
+  }
+}
+
+/** What {@linkcode FastPath.attempt} sets, and for how long. */
+export interface FastRound {
+  /** The key set. */
+  readonly key: string;
+  readonly value: string;
+  /** The lock's keys, as errors name them. */
+  readonly keys: readonly string[];
+  /** The lease in ms. */
+  readonly duration: number;
+  readonly driftFactor: number;
+  /** ms each request may take. */
+  readonly timeout: number;
+  readonly signal: AbortSignal | undefined;
+}
+
+/** A fast attempt that got the lock. */
+export interface FastWin {
+  readonly stats: Ballot["stats"];
+  /** When the lock's validity ends (monotonic). */
+  readonly until: number;
 }
 
 /** What a server's refusal of `SET … NX` counts as: a conflict, maybe once the server said more. */
 export type Held = (m: Member) => Vote | Promise<Vote>;
 
 /** A refusal as a conflict of unknown TTL (the script round that follows a miss tells the TTL). */
-export const unknownTtl: Held = (m) => new Conflict(m.index, -1);
+const unknownTtl: Held = (m) => new Conflict(m.index, -1);
 
 /**
  * Votes by `SET key value PX ms NX`: for (0) when the key was set, else

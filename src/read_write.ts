@@ -41,7 +41,7 @@ import {
 } from "./_contend.ts";
 import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { extend } from "./_extend.ts";
-import { FastPath, setIfAbsent, unknownTtl } from "./_fast_path.ts";
+import { FastPath } from "./_fast_path.ts";
 import {
   checkCallOptions,
   checkSettings,
@@ -549,23 +549,18 @@ class RwAcquire implements Contender {
   async #fastAttempt(signal: AbortSignal | undefined): Promise<Lock | undefined> {
     const { duration, settings, value } = this.#request;
     const [writer] = this.#keys;
-    const gate = this.#mode === "read" ? GATE.lone + value : value;
-    const start = now();
-    const send = setIfAbsent(writer!, gate, duration, unknownTtl);
-    const ballot = await this.#servers.vote(
-      send,
-      this.#keys,
-      settings.requestTimeout,
+    const won = await this.#fast.attempt(this.#servers, {
+      key: writer!,
+      value: this.#mode === "read" ? GATE.lone + value : value,
+      keys: this.#keys,
+      duration,
+      driftFactor: settings.driftFactor,
+      timeout: settings.requestTimeout,
       signal,
-      start,
-    );
-    const until = validUntil(start, duration, settings.driftFactor);
-    if (ballot.ok && until > ballot.end) {
-      this.#attempts.push(ballot.stats);
-      return this.#make({ value, attempts: this.#attempts, validUntil: until });
-    }
-    if (ballot.stats.votesAgainst.conflicts > 0) this.#fast.missed();
-    return undefined;
+    });
+    if (won === undefined) return undefined;
+    this.#attempts.push(won.stats);
+    return this.#make({ value, attempts: this.#attempts, validUntil: won.until });
   }
 
   async abandon(last?: Refusal): Promise<void> {

@@ -33,7 +33,7 @@ import { contextOf } from "./read_write.ts";
 import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
 import { checkKeys, KNOWN } from "./_options.ts";
 import { within } from "./_delay.ts";
-import { FastPath, setIfAbsent, unknownTtl } from "./_fast_path.ts";
+import { FastPath } from "./_fast_path.ts";
 import { drift, now, validUntil } from "./_time.ts";
 import { checkNumber, checkResource } from "./_validate.ts";
 
@@ -435,16 +435,18 @@ class PermitAcquire implements Contender {
     const { duration, settings, value } = this.#request;
     const { slot } = this.#fast;
     const key = slotKey(this.#semaphore.name, slot);
-    const start = now();
-    const send = setIfAbsent(key, value, duration, unknownTtl);
-    const ballot = await this.#servers.vote(send, [key], this.#timeout, signal, start);
-    const until = validUntil(start, duration, settings.driftFactor);
-    if (ballot.ok && until > ballot.end) {
-      this.#attempts.push(ballot.stats);
-      return this.#permit(slot, until);
-    }
-    if (ballot.stats.votesAgainst.conflicts > 0) this.#fast.path.missed();
-    return undefined;
+    const won = await this.#fast.path.attempt(this.#servers, {
+      key,
+      value,
+      keys: [key],
+      duration,
+      driftFactor: settings.driftFactor,
+      timeout: this.#timeout,
+      signal,
+    });
+    if (won === undefined) return undefined;
+    this.#attempts.push(won.stats);
+    return this.#permit(slot, won.until);
   }
 
   async abandon(last?: Refusal): Promise<void> {
