@@ -76,14 +76,14 @@ interface Attempt {
 export function acquire(context: AcquireContext, request: AcquireRequest): Promise<Lock> {
   const { keys, duration, settings, signal, fencing } = request;
   if (signal?.aborted) return Promise.reject(signal.reason);
-  if (settings.wait === "notify" && keys.length === 1 && context.waiters.isHot(keys[0]!)) {
+  if (queueable(request) && context.waiters.isHot(keys[0]!)) {
     // An acquire of this Redlock queued for the resource just now, so it is
     // likely still contended: queue at once.
     return new Acquisition(context, request).run(undefined);
   }
   const { servers } = context;
   const start = now();
-  const plain = servers.plain && !fencing && keys.length === 1
+  const plain = setsIfAbsent(servers, request)
     ? setIfAbsentVote(keys[0]!, request.value, duration, holderTtl(keys[0]!))
     : undefined;
   const send = plain?.send ??
@@ -106,6 +106,16 @@ export function acquire(context: AcquireContext, request: AcquireRequest): Promi
   });
 }
 
+/** Whether an acquire waits in the resource's queue when it is held (one resource, notify). */
+function queueable({ settings, keys }: AcquireRequest): boolean {
+  return settings.wait === "notify" && keys.length === 1;
+}
+
+/** Whether an acquire may take its free resource by a plain SET NX (see `_fast_path.ts`). */
+function setsIfAbsent(servers: Servers, { fencing, keys }: AcquireRequest): boolean {
+  return servers.plain && !fencing && keys.length === 1;
+}
+
 /** What `#wait()` returns when the acquire sleeps in the queue until `woken()`. */
 const NAPPING = Symbol("napping");
 
@@ -123,8 +133,6 @@ class Acquisition implements Sleeper {
   /** Settle the promise `run()` returned. */
   #resolve!: (lock: Lock) => void;
   #reject!: (reason: unknown) => void;
-  /** How many attempts were made, the lean first one counted. */
-  #tries = 0;
   /** How many rounds this acquire sent (the lean first attempt's not counted). */
   #rounds = 0;
   /** Where this acquire waits when a resource is held. */
@@ -159,15 +167,11 @@ class Acquisition implements Sleeper {
     this.#request = request;
     this.#attempts = new AttemptLog(context.servers.members.length, context.servers.quorum);
     this.#allowance = request.settings.retryCount === -1 ? Infinity : 0;
-    this.#setIfAbsent = this.#servers.plain && !request.fencing && request.keys.length === 1;
+    this.#setIfAbsent = setsIfAbsent(this.#servers, request);
   }
 
   get #servers(): Servers {
     return this.#context.servers;
-  }
-
-  get #queueable(): boolean {
-    return this.#request.settings.wait === "notify" && this.#request.keys.length === 1;
   }
 
   /** Runs attempts after `first` (all of them, queued at once, when there is none). */
@@ -187,12 +191,13 @@ class Acquisition implements Sleeper {
    */
   async #turn(first: Attempt | undefined): Promise<void> {
     try {
-      if (this.#tries === 0 && first === undefined && this.#queueable) await this.#join();
+      const starting = this.#attempts.length === 0;
+      if (starting && first === undefined && queueable(this.#request)) await this.#join();
       for (;;) {
-        const n = ++this.#tries;
         const { start, ballot } = first ?? await this.#attempt();
         first = undefined;
         this.#attempts.push(ballot.stats);
+        const n = this.#attempts.length;
         if (this.#seat.kind === "queued") this.#queuedAt ??= start;
         const lock = await this.#grant(start, ballot);
         if (lock !== undefined) return this.#end(lock);
@@ -393,7 +398,7 @@ class Acquisition implements Sleeper {
         Number.isFinite(ballot.heldFor) ? ballot.heldFor + 1 : sleep,
         this.#allowance,
       );
-      if (this.#queueable) {
+      if (queueable(this.#request)) {
         if (this.#listening === undefined && await this.#join()) return undefined;
         if (this.#seat.kind === "queued") {
           const ms = Math.min(fallback, this.#recheck(ballot));

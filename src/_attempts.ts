@@ -45,6 +45,11 @@ export class AttemptLog {
     whole.push(stats);
   }
 
+  /** How many attempts were logged. */
+  get length(): number {
+    return this.#elapsed.length;
+  }
+
   /** Every attempt's stats. */
   list(): ExecutionStats[] {
     const packed = this.#packed;
