@@ -229,26 +229,24 @@ export function nodeRedisClient(client: NodeRedisLike): ScriptClient {
     throw new TypeError(`client must be a node-redis client with eval and evalSha, got ${client}`);
   }
   const cluster = c.masters !== undefined;
-  // The raw command, not `set(key, value, options)`: v4 and v5 spell NX and PX
-  // differently there, and an option a version ignores would drop the NX.
-  // A cluster's sendCommand takes the key that routes the command first.
   const { sendCommand } = c;
-  const lease = new MsArg();
-  const send = typeof sendCommand !== "function"
-    ? undefined
-    : cluster
-    ? (key: string, args: string[]) => sendCommand.call(c, key, false, args)
-    : (_key: string, args: string[]) => sendCommand.call(c, args);
-  return withFallback(
+  if (typeof sendCommand !== "function") {
+    return withFallback(
+      client,
+      cluster,
+      (s, keys, args) => c.evalSha(s.sha1, { keys, arguments: args }),
+      (s, keys, args) => c.eval(s.source, { keys, arguments: args }),
+    );
+  }
+  // Raw commands: they cost less than evalSha()'s options, and v4 and v5 spell
+  // set()'s NX and PX differently (an option a version ignores would drop
+  // the NX). A cluster's sendCommand takes the key that routes the command first.
+  return commandClient(
     client,
+    cluster
+      ? (args, key) => sendCommand.call(c, key, false, args)
+      : (args) => sendCommand.call(c, args),
     cluster,
-    (s, keys, args) => c.evalSha(s.sha1, { keys, arguments: args }),
-    (s, keys, args) => c.eval(s.source, { keys, arguments: args }),
-    send === undefined ? {} : {
-      setIfAbsent: (key, value, ms) =>
-        send(key, ["SET", key, value, "PX", lease.of(ms), "NX"]).then(wasSet),
-      pttl: (key) => send(key, ["PTTL", key]).then(toTtl),
-    },
   );
 }
 
@@ -327,20 +325,30 @@ export function glideClient(client: GlideLike): ScriptClient {
   return commandClient(client, (args) => c.customCommand(args));
 }
 
-/** A script client over a client that sends raw commands given as arrays. */
-function commandClient(client: object, send: (args: string[]) => Promise<unknown>): ScriptClient {
+/**
+ * A script client over a client that sends raw commands given as arrays;
+ * `key` is the key that routes the command in a cluster.
+ */
+function commandClient(
+  client: object,
+  send: (args: string[], key: string) => Promise<unknown>,
+  cluster = false,
+): ScriptClient {
   const lease = new MsArg();
   const call = (first: string, s: LuaScript, keys: readonly string[], args: readonly string[]) =>
-    send([first, first === "EVALSHA" ? s.sha1 : s.source, String(keys.length), ...keys, ...args]);
+    send(
+      [first, first === "EVALSHA" ? s.sha1 : s.source, String(keys.length), ...keys, ...args],
+      keys[0] ?? "",
+    );
   return withFallback(
     client,
-    false,
+    cluster,
     (s, keys, args) => call("EVALSHA", s, keys, args),
     (s, keys, args) => call("EVAL", s, keys, args),
     {
       setIfAbsent: (key, value, ms) =>
-        send(["SET", key, value, "PX", lease.of(ms), "NX"]).then(wasSet),
-      pttl: (key) => send(["PTTL", key]).then(toTtl),
+        send(["SET", key, value, "PX", lease.of(ms), "NX"], key).then(wasSet),
+      pttl: (key) => send(["PTTL", key], key).then(toTtl),
     },
   );
 }
