@@ -293,12 +293,25 @@ class Round<T, R> implements Pending, Tally<T> {
     this.#members = members;
     this.#options = options;
     this.#pending = members.length;
+    const start = options.start ?? now();
+    this.deadline = start + options.timeout;
+    // Requests first: the rest is done while they are in flight.
+    for (const member of members) {
+      let request: Promise<unknown>;
+      try {
+        request = send(member);
+      } catch (error) {
+        request = Promise.reject(error);
+      }
+      request.then(
+        (value) => this.#answer(member, value),
+        (error) => this.#fail(member, toError(error)),
+      );
+    }
     this.promise = new Promise((resolve, reject) => {
       this.#resolve = resolve;
       this.#reject = reject;
     });
-    const start = options.start ?? now();
-    this.deadline = start + options.timeout;
     watch(this, start);
     const { signal } = options;
     if (signal !== undefined) {
@@ -312,18 +325,8 @@ class Round<T, R> implements Pending, Tally<T> {
         }
       };
       signal.addEventListener("abort", this.#onAbort, { once: true });
-    }
-    for (const member of members) {
-      let request: Promise<unknown>;
-      try {
-        request = send(member);
-      } catch (error) {
-        request = Promise.reject(error);
-      }
-      request.then(
-        (value) => this.#answer(member, value),
-        (error) => this.#fail(member, toError(error)),
-      );
+      // A client that aborted it while sending.
+      if (signal.aborted) this.#onAbort();
     }
   }
 

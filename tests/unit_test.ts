@@ -255,6 +255,30 @@ Deno.test("round() calls aborted() once when its signal aborts it, before it rej
   assert.deepEqual(events, ["aborted", "rejected: stop"]);
 });
 
+Deno.test("round() sends before it sets its timer, and rejects when a send aborts its signal", async () => {
+  await sleep(3 * IDLE_MS); // no sweeper left from an earlier round
+  const timers = watchTimers();
+  const controller = new AbortController();
+  const events: string[] = [];
+  try {
+    const rejected = round([member(0, Infinity)], (m) => {
+      events.push(`sent with ${timers.made()} timer(s) made`);
+      controller.abort("gone");
+      return m.runner.evalScript(RELEASE, [], []);
+    }, {
+      timeout: 500,
+      signal: controller.signal,
+      onError: () => {},
+      done: () => false,
+      aborted: () => events.push("aborted"),
+    });
+    await assert.rejects(rejected, (e) => e === "gone");
+    assert.deepEqual(events, ["sent with 0 timer(s) made", "aborted"]);
+  } finally {
+    timers.restore();
+  }
+});
+
 /** An Alarm that calls `fire` when it goes off. */
 class CallbackAlarm extends Alarm {
   readonly #fire: () => void;
