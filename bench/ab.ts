@@ -10,6 +10,8 @@
  * warmed up, then take turns in 50 ms slices until each has measured
  * `--measure-ms` (see `interleaved()`), so that a machine whose speed drifts
  * slows both alike. The first build to run alternates between repetitions.
+ * The defaults (5 repetitions of 6 s, about 11 minutes) tell 2 % apart on a
+ * noisy 2-core machine: with 1.5 s a repetition's ratio strays by ~5 %.
  *
  * Per cell and client it prints both builds' acquire + release/s (medians),
  * new ÷ base and whether new is within 2 % of base (new ÷ base ≥ 0.98).
@@ -46,9 +48,9 @@ if (baseDir === undefined) {
 }
 const only = args.get("only")?.split(",");
 const plan: Plan = {
-  reps: intArg(args, "reps", 7),
+  reps: intArg(args, "reps", 5),
   warmMs: 300,
-  measureMs: intArg(args, "measure-ms", 1_500, 100),
+  measureMs: intArg(args, "measure-ms", 6_000, 100),
   contentionMs: 0,
   holdMs: 0,
   thinkMs: 0,
