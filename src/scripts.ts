@@ -251,7 +251,13 @@ export type ReleaseMode = typeof RELEASE_MODE[keyof typeof RELEASE_MODE];
  */
 export const RELEASE: LuaScript = script(
   "release",
-  `local n = #KEYS / 2
+  `-- The usual release: one key the value holds, nobody queued for it.
+if #KEYS == 2 and not ARGV[3] and redis.call("GET", KEYS[1]) == ARGV[1]
+  and redis.call("EXISTS", KEYS[2]) == 0 then
+  redis.call("DEL", KEYS[1])
+  return 1
+end
+local n = #KEYS / 2
 local value, mode = ARGV[1], ARGV[3] or "${RELEASE_MODE.release}"
 local giveWay = mode == "${RELEASE_MODE.giveWay}"
 local stays = giveWay or mode == "${RELEASE_MODE.keepPlace}"
