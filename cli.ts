@@ -15,8 +15,8 @@
  * @module
  */
 
-import { EXIT, parseArgs, USAGE, UsageError } from "./src/_cli_args.ts";
-import { COMMANDS } from "./src/_cli_commands.ts";
+import { EXIT, parseArgs, USAGE, UsageError } from "./src/cli/args.ts";
+import { COMMANDS } from "./src/cli/commands.ts";
 
 const log = (line: string): void => console.error(`redlock: ${line}`);
 

@@ -26,14 +26,14 @@
  * @module
  */
 
-export { Redlock, Redlock as default, type RedlockSummary } from "./src/redlock.ts";
-export { ReadWriteLock, type ReadWriteMode } from "./src/read_write.ts";
+export { Redlock, Redlock as default, type RedlockSummary } from "./src/api/redlock.ts";
+export { ReadWriteLock, type ReadWriteMode } from "./src/primitives/read_write.ts";
 export {
   MAX_PERMITS,
   PermitsMismatchError,
   Semaphore,
   type SemaphoreOptions,
-} from "./src/semaphore.ts";
+} from "./src/primitives/semaphore.ts";
 export type {
   AcquireOptions,
   ExtendOptions,
@@ -46,9 +46,14 @@ export type {
   UsingContext,
   UsingOptions,
   UsingRoutine,
-} from "./src/options.ts";
-export { Lock, type LockInit, type LockOwner, type LockSummary } from "./src/lock.ts";
-export { lead, type LeadContext, type LeadOptions, type LeadRoutine } from "./src/lead.ts";
+} from "./src/api/options.ts";
+export { Lock, type LockInit, type LockOwner, type LockSummary } from "./src/api/lock.ts";
+export {
+  lead,
+  type LeadContext,
+  type LeadOptions,
+  type LeadRoutine,
+} from "./src/primitives/lead.ts";
 export {
   ExecutionError,
   type ExecutionResult,
@@ -57,8 +62,8 @@ export {
   LockLostError,
   RequestTimeoutError,
   ResourceLockedError,
-} from "./src/errors.ts";
-export { RedlockErrorEvent } from "./src/error_event.ts";
+} from "./src/api/errors.ts";
+export { RedlockErrorEvent } from "./src/api/error_event.ts";
 export {
   type AcquiredDetail,
   LockAcquiredEvent,
@@ -66,7 +71,7 @@ export {
   LockLostEvent,
   LockReleasedEvent,
   type RedlockEventMap,
-} from "./src/events.ts";
+} from "./src/api/events.ts";
 export {
   bunRedisClient,
   type BunRedisLike,
@@ -81,10 +86,10 @@ export {
   type RedisClient,
   type ScriptClient,
   toScriptClient,
-} from "./src/clients.ts";
-export type { LuaScript } from "./src/scripts.ts";
+} from "./src/clients/clients.ts";
+export type { LuaScript } from "./src/protocol/scripts.ts";
 export {
   duplicateSubscriber,
   type ReleaseSubscriber,
   type SubscriberFactory,
-} from "./src/subscriber.ts";
+} from "./src/wait/subscriber.ts";

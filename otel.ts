@@ -39,13 +39,13 @@ import {
   trace,
   type Tracer,
 } from "@opentelemetry/api";
-import { Redlock } from "./src/redlock.ts";
-import { type ExecutionResult, ResourceLockedError } from "./src/errors.ts";
-import type { Lock } from "./src/lock.ts";
-import type { LockLostEvent } from "./src/events.ts";
-import { wasHandedOver } from "./src/_acquisition.ts";
-import { HOOKS, type Hooks } from "./src/_hooks.ts";
-import { describeValue } from "./src/_validate.ts";
+import { Redlock } from "./src/api/redlock.ts";
+import { type ExecutionResult, ResourceLockedError } from "./src/api/errors.ts";
+import type { Lock } from "./src/api/lock.ts";
+import type { LockLostEvent } from "./src/api/events.ts";
+import { wasHandedOver } from "./src/acquire/acquisition.ts";
+import { HOOKS, type Hooks } from "./src/api/hooks.ts";
+import { describeValue } from "./src/util/validate.ts";
 
 /** Options of {@linkcode instrument}. */
 export interface InstrumentOptions {

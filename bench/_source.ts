@@ -33,8 +33,7 @@ export async function describeSource(root: URL): Promise<Source> {
     }
   };
   const dir = new URL("src/", root);
-  const names: string[] = [];
-  for await (const entry of Deno.readDir(dir)) if (entry.isFile) names.push(entry.name);
+  const names = await filesUnder(dir);
   const bytes = await Promise.all(names.sort().map((n) => Deno.readFile(new URL(n, dir))));
   const digest = await crypto.subtle.digest("SHA-256", await new Blob(bytes).arrayBuffer());
   const config = await Deno.readTextFile(new URL("deno.json", root)).catch(() => "{}");
@@ -53,4 +52,14 @@ export function sourceLine(source: Source): string {
   return `${source.commit.slice(0, 7) || "?"}${
     source.changed.length ? ` + ${source.changed.length} changed file(s) in src/` : ""
   }, src/ sha256 ${source.srcSha256.slice(0, 12)}`;
+}
+
+/** Paths of the files below `dir`, relative to it, with `/` between folders. */
+async function filesUnder(dir: URL, prefix = ""): Promise<string[]> {
+  const names: string[] = [];
+  for await (const entry of Deno.readDir(new URL(prefix, dir))) {
+    if (entry.isFile) names.push(prefix + entry.name);
+    else if (entry.isDirectory) names.push(...await filesUnder(dir, `${prefix}${entry.name}/`));
+  }
+  return names;
 }

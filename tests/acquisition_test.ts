@@ -17,7 +17,7 @@ import {
   RequestTimeoutError,
   ResourceLockedError,
 } from "../mod.ts";
-import { queueKey } from "../src/scripts.ts";
+import { queueKey } from "../src/protocol/scripts.ts";
 import { connectAll, get, hold, integer, onServer, sleep } from "./_redis.ts";
 import { type Call, Gate, tick } from "./_scripted_client.ts";
 

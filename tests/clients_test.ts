@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { bunRedisClient, glideClient, Redlock, type ScriptClient, toScriptClient } from "../mod.ts";
-import { isNoScript } from "../src/clients.ts";
-import { ACQUIRE } from "../src/scripts.ts";
+import { isNoScript } from "../src/clients/clients.ts";
+import { ACQUIRE } from "../src/protocol/scripts.ts";
 import { commandCalls, integer, startServers } from "./_redis.ts";
 
 const NOSCRIPT_MESSAGES = [

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Redlock } from "../mod.ts";
-import { LINGER_MS } from "../src/_waiters.ts";
+import { LINGER_MS } from "../src/wait/waiters.ts";
 import { get, integer, onEveryServer, type RedisServer, setup, sleep } from "./_redis.ts";
 
 const KINDS = ["ioredis", "node-redis"] as const;

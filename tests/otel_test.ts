@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { LockLostError, Redlock } from "../mod.ts";
 import { instrument } from "../otel.ts";
-import { HOOKS } from "../src/_hooks.ts";
+import { HOOKS } from "../src/api/hooks.ts";
 import { Collector, type ReceivedPoint, type ReceivedSpan } from "./_otlp.ts";
 import type { ChildReport } from "./fixtures/otel_child.ts";
 import { setup, startServers } from "./_redis.ts";

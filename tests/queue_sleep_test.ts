@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { type Lock, Redlock } from "../mod.ts";
-import { queueKey } from "../src/scripts.ts";
+import { queueKey } from "../src/protocol/scripts.ts";
 import { connectAll, get, integer, sleep } from "./_redis.ts";
 import { Gate } from "./_scripted_client.ts";
 

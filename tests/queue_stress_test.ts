@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { type Lock, Redlock } from "../mod.ts";
-import { queueKey } from "../src/scripts.ts";
+import { queueKey } from "../src/protocol/scripts.ts";
 import { type Kind, setup, sleep } from "./_redis.ts";
 
 const STRESS_MS = Number(Deno.env.get("STRESS_MS") ?? 4_000);

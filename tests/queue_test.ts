@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { duplicateSubscriber, type Lock, LockConflictError, Redlock } from "../mod.ts";
-import { queueKey } from "../src/scripts.ts";
+import { queueKey } from "../src/protocol/scripts.ts";
 import { FaultProxy } from "../scripts/fault_proxy.ts";
 import {
   commandCalls,

@@ -6,8 +6,15 @@ import {
   Redlock,
   ResourceLockedError,
 } from "../mod.ts";
-import { toScriptClient } from "../src/clients.ts";
-import { RW_HOLDS, RW_HOW, RW_READ, rwCall, rwKeys, rwModeCall } from "../src/_rw_scripts.ts";
+import { toScriptClient } from "../src/clients/clients.ts";
+import {
+  RW_HOLDS,
+  RW_HOW,
+  RW_READ,
+  rwCall,
+  rwKeys,
+  rwModeCall,
+} from "../src/protocol/read_write_scripts.ts";
 import {
   commandCalls,
   integer,

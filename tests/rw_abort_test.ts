@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { Redis } from "ioredis";
 import { type LuaScript, Redlock, type ScriptClient } from "../mod.ts";
-import { rwKeys } from "../src/_rw_scripts.ts";
+import { rwKeys } from "../src/protocol/read_write_scripts.ts";
 import { integer, sleep, startServers } from "./_redis.ts";
 
 /** Replies arrive `replyMs` late; the servers run every request at once. */

@@ -1,7 +1,7 @@
 /** The gate of read-write locks (the writer key, taken by SET NX when free), attacked case by case on 3 real servers. */
 import assert from "node:assert/strict";
 import { Redlock } from "../mod.ts";
-import { type Mode, RW_RELEASE, rwKeys, rwModeCall } from "../src/_rw_scripts.ts";
+import { type Mode, RW_RELEASE, rwKeys, rwModeCall } from "../src/protocol/read_write_scripts.ts";
 import { get, integer, type RedisServers, setup, sleep } from "./_redis.ts";
 
 const gates = (servers: RedisServers, key: string) =>

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
-import { sha1 } from "../src/_sha1.ts";
-import { hashSlot } from "../src/_slot.ts";
-import { drift, MsArg, validUntil } from "../src/_time.ts";
-import { deadline, delay } from "../src/_delay.ts";
-import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/scripts.ts";
-import { Alarm, forgetTimer, IDLE_MS, type Member, round } from "../src/_quorum.ts";
-import { Conflict, VotesAgainst } from "../src/_votes.ts";
-import { AttemptLog } from "../src/_attempts.ts";
+import { sha1 } from "../src/protocol/sha1.ts";
+import { hashSlot } from "../src/protocol/hash_slot.ts";
+import { drift, MsArg, validUntil } from "../src/util/time.ts";
+import { deadline, delay } from "../src/util/delay.ts";
+import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/protocol/scripts.ts";
+import { Alarm, forgetTimer, IDLE_MS, type Member, round } from "../src/quorum/round.ts";
+import { Conflict, VotesAgainst } from "../src/quorum/votes.ts";
+import { AttemptLog } from "../src/acquire/attempts.ts";
 import { LockConflictError, Redlock, RequestTimeoutError, type ScriptClient } from "../mod.ts";
 
 async function subtleSha1(text: string): Promise<string> {

@@ -1,6 +1,6 @@
-import type { RedisClient, ScriptClient } from "./clients.ts";
-import { RequestTimeoutError } from "./errors.ts";
-import { now } from "./_time.ts";
+import type { RedisClient, ScriptClient } from "../clients/clients.ts";
+import { RequestTimeoutError } from "../api/errors.ts";
+import { now } from "../util/time.ts";
 
 /** One server (or cluster) of a Redlock. */
 export interface Member {

@@ -1,12 +1,12 @@
-import { Alarm, type Member } from "./_quorum.ts";
+import { Alarm, type Member } from "../quorum/round.ts";
 import {
   releaseChannel,
   type ReleaseSubscriber,
   type SubscriberFactory,
   wakeChannel,
 } from "./subscriber.ts";
-import { now } from "./_time.ts";
-import { within } from "./_delay.ts";
+import { now } from "../util/time.ts";
+import { within } from "../util/delay.ts";
 
 /** A subscribed channel, shared by every acquire that listens to it. */
 interface Channel {

@@ -5,9 +5,9 @@
  * @module
  */
 
-import type { LuaScript } from "./scripts.ts";
-import { describeValue } from "./_validate.ts";
-import { MsArg } from "./_time.ts";
+import type { LuaScript } from "../protocol/scripts.ts";
+import { describeValue } from "../util/validate.ts";
+import { MsArg } from "../util/time.ts";
 
 /**
  * What the lock asks of a Redis connection: run a Lua script, and optionally

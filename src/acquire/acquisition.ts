@@ -4,8 +4,8 @@
  * giving up).
  */
 
-import { ExecutionError, ResourceLockedError } from "./errors.ts";
-import { Lock, type LockInit, type LockOwner } from "./lock.ts";
+import { ExecutionError, ResourceLockedError } from "../api/errors.ts";
+import { Lock, type LockInit, type LockOwner } from "../api/lock.ts";
 import {
   ACQUIRE,
   acquireCall,
@@ -16,17 +16,24 @@ import {
   type ReleaseMode,
   type ReleaseTerms,
   type Seat,
-} from "./scripts.ts";
-import { type Ballot, type Send, type Servers, show, toNumber, type Vote } from "./_servers.ts";
-import type { Listening, Sleeper, Waiters } from "./_waiters.ts";
-import type { Member, Tally } from "./_quorum.ts";
-import { Conflict, VotesAgainst } from "./_votes.ts";
-import { AttemptLog } from "./_attempts.ts";
-import { type Held, setIfAbsent, setIfAbsentVote } from "./_fast_path.ts";
-import { fence } from "./_extend.ts";
-import { retryWait, type Settings } from "./_options.ts";
-import { delay, within } from "./_delay.ts";
-import { now, validUntil } from "./_time.ts";
+} from "../protocol/scripts.ts";
+import {
+  type Ballot,
+  type Send,
+  type Servers,
+  show,
+  toNumber,
+  type Vote,
+} from "../quorum/servers.ts";
+import type { Listening, Sleeper, Waiters } from "../wait/waiters.ts";
+import type { Member, Tally } from "../quorum/round.ts";
+import { Conflict, VotesAgainst } from "../quorum/votes.ts";
+import { AttemptLog } from "./attempts.ts";
+import { type Held, setIfAbsent, setIfAbsentVote } from "./fast_path.ts";
+import { fence } from "../operations/extend.ts";
+import { retryWait, type Settings } from "../api/settings.ts";
+import { delay, within } from "../util/delay.ts";
+import { now, validUntil } from "../util/time.ts";
 
 /** What an acquire needs of its Redlock. */
 export interface AcquireContext {

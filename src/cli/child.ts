@@ -6,7 +6,7 @@
  * @module
  */
 
-import { EXIT } from "./_cli_args.ts";
+import { EXIT } from "./args.ts";
 
 /** Signals the CLI passes on to the command. */
 export const FORWARDED: readonly Deno.Signal[] = ["SIGINT", "SIGTERM"];

@@ -6,11 +6,11 @@
  * @module
  */
 
-import type { Lock } from "./lock.ts";
-import type { UsingContext, UsingOptions } from "./options.ts";
-import type { Redlock } from "./redlock.ts";
-import { delay } from "./_delay.ts";
-import { checkDuration, describeValue } from "./_validate.ts";
+import type { Lock } from "../api/lock.ts";
+import type { UsingContext, UsingOptions } from "../api/options.ts";
+import type { Redlock } from "../api/redlock.ts";
+import { delay } from "../util/delay.ts";
+import { checkDuration, describeValue } from "../util/validate.ts";
 
 /** Options of {@linkcode lead} and `Redlock.lead()`. */
 export interface LeadOptions extends Omit<UsingOptions, "fencing" | "retryCount" | "timeout"> {

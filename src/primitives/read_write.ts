@@ -5,16 +5,16 @@
  * @module
  */
 
-import { ExecutionError, type ExecutionResult, ResourceLockedError } from "./errors.ts";
-import { Lock, type LockOwner } from "./lock.ts";
+import { ExecutionError, type ExecutionResult, ResourceLockedError } from "../api/errors.ts";
+import { Lock, type LockOwner } from "../api/lock.ts";
 import type {
   ExtendOptions,
   HandleAcquireOptions,
   HandleUsingOptions,
   ReleaseOptions,
   UsingRoutine,
-} from "./options.ts";
-import type { Redlock } from "./redlock.ts";
+} from "../api/options.ts";
+import type { Redlock } from "../api/redlock.ts";
 import {
   GATE,
   type Mode,
@@ -27,8 +27,8 @@ import {
   rwCall,
   rwKeys,
   rwModeCall,
-} from "./_rw_scripts.ts";
-import type { Send, Servers } from "./_servers.ts";
+} from "../protocol/read_write_scripts.ts";
+import type { Send, Servers } from "../quorum/servers.ts";
 import {
   checkRequest,
   contend,
@@ -38,20 +38,20 @@ import {
   type HandleRequest,
   oneAttempt,
   type Refusal,
-} from "./_contend.ts";
-import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
-import { extend } from "./_extend.ts";
-import { FastPath } from "./_fast_path.ts";
+} from "./contend.ts";
+import { extensionThreshold, holdWhile, usingArguments } from "../operations/auto_extend.ts";
+import { extend } from "../operations/extend.ts";
+import { FastPath } from "../acquire/fast_path.ts";
 import {
   checkCallOptions,
   checkSettings,
   KNOWN,
   releaseSettings,
   type Settings,
-} from "./_options.ts";
-import { within } from "./_delay.ts";
-import { now, validUntil } from "./_time.ts";
-import { checkDuration, checkLock, checkResource, describeValue } from "./_validate.ts";
+} from "../api/settings.ts";
+import { within } from "../util/delay.ts";
+import { now, validUntil } from "../util/time.ts";
+import { checkDuration, checkLock, checkResource, describeValue } from "../util/validate.ts";
 
 export type { Mode as ReadWriteMode };
 

@@ -6,8 +6,8 @@
  * @module
  */
 
-import type { RedisClient } from "./clients.ts";
-import { within } from "./_delay.ts";
+import type { RedisClient } from "../clients/clients.ts";
+import { within } from "../util/delay.ts";
 
 /** ms a subscriber connection is given to report that it closed. */
 const CLOSE_MS = 1_000;

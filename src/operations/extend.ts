@@ -2,14 +2,14 @@
  * Extending a lock, and confirming a fencing token on a quorum.
  */
 
-import { ExecutionError, type ExecutionStats, LockLostError } from "./errors.ts";
-import { Lock, type LockOwner } from "./lock.ts";
-import { EXTEND, extendCall, FENCE, fenceCall } from "./scripts.ts";
-import { type Send, type Servers, show } from "./_servers.ts";
-import { round } from "./_quorum.ts";
-import { retryWait, type Settings } from "./_options.ts";
-import { delay } from "./_delay.ts";
-import { now, validUntil } from "./_time.ts";
+import { ExecutionError, type ExecutionStats, LockLostError } from "../api/errors.ts";
+import { Lock, type LockOwner } from "../api/lock.ts";
+import { EXTEND, extendCall, FENCE, fenceCall } from "../protocol/scripts.ts";
+import { type Send, type Servers, show } from "../quorum/servers.ts";
+import { round } from "../quorum/round.ts";
+import { retryWait, type Settings } from "../api/settings.ts";
+import { delay } from "../util/delay.ts";
+import { now, validUntil } from "../util/time.ts";
 
 /** One extension's checked arguments. */
 export interface ExtendRequest {

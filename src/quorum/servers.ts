@@ -3,15 +3,15 @@
  * them at once and counts their votes.
  */
 
-import { type RedisClient, toScriptClient } from "./clients.ts";
-import { ExecutionError, type ExecutionResult, type ExecutionStats } from "./errors.ts";
-import { RedlockErrorEvent } from "./error_event.ts";
-import type { LuaScript, ScriptCall } from "./scripts.ts";
-import { type Member, round, type Tally } from "./_quorum.ts";
-import { Conflict, VotesAgainst } from "./_votes.ts";
-import { hashSlot } from "./_slot.ts";
-import { now } from "./_time.ts";
-import { describeValue } from "./_validate.ts";
+import { type RedisClient, toScriptClient } from "../clients/clients.ts";
+import { ExecutionError, type ExecutionResult, type ExecutionStats } from "../api/errors.ts";
+import { RedlockErrorEvent } from "../api/error_event.ts";
+import type { LuaScript, ScriptCall } from "../protocol/scripts.ts";
+import { type Member, round, type Tally } from "./round.ts";
+import { Conflict, VotesAgainst } from "./votes.ts";
+import { hashSlot } from "../protocol/hash_slot.ts";
+import { now } from "../util/time.ts";
+import { describeValue } from "../util/validate.ts";
 
 /**
  * A server's answer to acquire or extend: for (with the server's fencing

@@ -1,4 +1,4 @@
-import { Lock } from "./lock.ts";
+import { Lock } from "../api/lock.ts";
 
 /** A short description of a value for error messages. */
 export function describeValue(value: unknown): string {

@@ -4,7 +4,7 @@
  */
 
 import type { RedlockOptions } from "./options.ts";
-import { checkNumber, describeValue, MAX_DURATION } from "./_validate.ts";
+import { checkNumber, describeValue, MAX_DURATION } from "../util/validate.ts";
 
 /** Every setting, filled in. */
 export interface Settings extends Required<Omit<RedlockOptions, "retryDelay">> {

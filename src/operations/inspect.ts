@@ -3,12 +3,12 @@
  * TTLs say.
  */
 
-import { ExecutionError } from "./errors.ts";
-import { INSPECT, inspectCall } from "./scripts.ts";
-import { type Servers, toNumber } from "./_servers.ts";
-import { round } from "./_quorum.ts";
-import type { Settings } from "./_options.ts";
-import { drift, now } from "./_time.ts";
+import { ExecutionError } from "../api/errors.ts";
+import { INSPECT, inspectCall } from "../protocol/scripts.ts";
+import { type Servers, toNumber } from "../quorum/servers.ts";
+import { round } from "../quorum/round.ts";
+import type { Settings } from "../api/settings.ts";
+import { drift, now } from "../util/time.ts";
 
 /** One question to the servers about some keys. */
 export interface InspectRequest {

@@ -1,4 +1,4 @@
-import { LockConflictError } from "./errors.ts";
+import { LockConflictError } from "../api/errors.ts";
 
 /**
  * A server's vote against because another value holds a key: what a

@@ -4,14 +4,14 @@
  * their attempts (retries, waiting, giving up).
  */
 
-import { ExecutionError, type ExecutionStats, ResourceLockedError } from "./errors.ts";
-import type { Lock, LockOwner } from "./lock.ts";
-import type { HandleAcquireOptions } from "./options.ts";
-import type { Servers } from "./_servers.ts";
-import type { Waiters } from "./_waiters.ts";
-import { checkCallOptions, checkSettings, retryWait, type Settings } from "./_options.ts";
-import { deadline, delay } from "./_delay.ts";
-import { checkDuration } from "./_validate.ts";
+import { ExecutionError, type ExecutionStats, ResourceLockedError } from "../api/errors.ts";
+import type { Lock, LockOwner } from "../api/lock.ts";
+import type { HandleAcquireOptions } from "../api/options.ts";
+import type { Servers } from "../quorum/servers.ts";
+import type { Waiters } from "../wait/waiters.ts";
+import { checkCallOptions, checkSettings, retryWait, type Settings } from "../api/settings.ts";
+import { deadline, delay } from "../util/delay.ts";
+import { checkDuration } from "../util/validate.ts";
 
 /** What a read-write lock or semaphore needs of its Redlock. */
 export interface HandleContext {

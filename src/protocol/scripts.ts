@@ -11,8 +11,8 @@
  * @module
  */
 
-import { sha1 } from "./_sha1.ts";
-import { MsArg } from "./_time.ts";
+import { sha1 } from "./sha1.ts";
+import { MsArg } from "../util/time.ts";
 
 /** A Lua script with its SHA-1, as handed to {@linkcode ScriptClient.evalScript}. */
 export interface LuaScript {

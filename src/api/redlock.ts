@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { RedisClient } from "./clients.ts";
+import type { RedisClient } from "../clients/clients.ts";
 import { type ExecutionResult, LockLostError, ResourceLockedError } from "./errors.ts";
 import { RedlockErrorEvent } from "./error_event.ts";
 import {
@@ -17,7 +17,7 @@ import {
   type RedlockEventMap,
 } from "./events.ts";
 import type { Lock, LockOwner } from "./lock.ts";
-import { lead, type LeadOptions, type LeadRoutine } from "./lead.ts";
+import { lead, type LeadOptions, type LeadRoutine } from "../primitives/lead.ts";
 import type {
   AcquireOptions,
   ExtendOptions,
@@ -28,21 +28,21 @@ import type {
   UsingOptions,
   UsingRoutine,
 } from "./options.ts";
-import { fenceKey, RELEASE, releaseCall } from "./scripts.ts";
-import { duplicateSubscriber } from "./subscriber.ts";
-import { ReadWriteLock } from "./read_write.ts";
-import { Semaphore, type SemaphoreOptions } from "./semaphore.ts";
-import { CONTEXTS } from "./_contend.ts";
+import { fenceKey, RELEASE, releaseCall } from "../protocol/scripts.ts";
+import { duplicateSubscriber } from "../wait/subscriber.ts";
+import { ReadWriteLock } from "../primitives/read_write.ts";
+import { Semaphore, type SemaphoreOptions } from "../primitives/semaphore.ts";
+import { CONTEXTS } from "../primitives/contend.ts";
 import {
   acquire,
   type AcquireContext,
   type AcquireRequest,
   wasHandedOver,
-} from "./_acquisition.ts";
-import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
-import { extend, type ExtendRequest } from "./_extend.ts";
-import { HOOKS } from "./_hooks.ts";
-import { inspect } from "./_inspect.ts";
+} from "../acquire/acquisition.ts";
+import { extensionThreshold, holdWhile, usingArguments } from "../operations/auto_extend.ts";
+import { extend, type ExtendRequest } from "../operations/extend.ts";
+import { HOOKS } from "./hooks.ts";
+import { inspect } from "../operations/inspect.ts";
 import {
   checkCallOptions,
   checkKeys,
@@ -52,18 +52,18 @@ import {
   NO_OPTIONS,
   releaseSettings,
   type Settings,
-} from "./_options.ts";
-import { Servers, show } from "./_servers.ts";
-import { Waiters } from "./_waiters.ts";
-import { deadline } from "./_delay.ts";
-import { now } from "./_time.ts";
+} from "./settings.ts";
+import { Servers, show } from "../quorum/servers.ts";
+import { Waiters } from "../wait/waiters.ts";
+import { deadline } from "../util/delay.ts";
+import { now } from "../util/time.ts";
 import {
   checkDuration,
   checkLock,
   checkResource,
   checkResources,
   describeValue,
-} from "./_validate.ts";
+} from "../util/validate.ts";
 
 const EVENT_TYPES: ReadonlySet<string> = new Set<keyof RedlockEventMap>([
   "error",

@@ -6,7 +6,7 @@
  */
 
 import { createClient } from "redis";
-import { Redlock } from "./redlock.ts";
+import { Redlock } from "../api/redlock.ts";
 
 /** ms a server may take to accept the first connection before the CLI goes on without it. */
 const CONNECT_MS = 1_000;

@@ -5,7 +5,7 @@
  */
 
 import type { Lock } from "./lock.ts";
-import type { SubscriberFactory } from "./subscriber.ts";
+import type { SubscriberFactory } from "../wait/subscriber.ts";
 
 /** Settings of a Redlock; each can also be overridden per call. */
 export interface RedlockOptions {

@@ -6,11 +6,11 @@
  * seen it held just now.
  */
 
-import type { Ballot, Judge, Send, Servers, Vote } from "./_servers.ts";
-import type { Member } from "./_quorum.ts";
-import { Conflict } from "./_votes.ts";
-import { now, validUntil } from "./_time.ts";
-import { describeValue } from "./_validate.ts";
+import type { Ballot, Judge, Send, Servers, Vote } from "../quorum/servers.ts";
+import type { Member } from "../quorum/round.ts";
+import { Conflict } from "../quorum/votes.ts";
+import { now, validUntil } from "../util/time.ts";
+import { describeValue } from "../util/validate.ts";
 
 /** ms a handle's acquires skip the fast attempt after one found its key held. */
 export const FAST_PATH_PAUSE_MS = 1_000;

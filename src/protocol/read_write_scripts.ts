@@ -23,7 +23,7 @@
  */
 
 import { beside, type LuaScript, script, type ScriptCall } from "./scripts.ts";
-import { releaseChannel } from "./subscriber.ts";
+import { releaseChannel } from "../wait/subscriber.ts";
 
 /** The mode of a read-write lock. */
 export type Mode = "read" | "write";

@@ -4,8 +4,8 @@
  * `ExecutionStats` are made when the lock or the error is.
  */
 
-import type { ExecutionStats } from "./errors.ts";
-import { VotesAgainst } from "./_votes.ts";
+import type { ExecutionStats } from "../api/errors.ts";
+import { VotesAgainst } from "../quorum/votes.ts";
 
 /** Marks an attempt kept whole in `#packed`; the next number is its index in `#whole`. */
 const WHOLE = -1;

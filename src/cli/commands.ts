@@ -4,12 +4,12 @@
  * @module
  */
 
-import { ExecutionError, LockLostError, ResourceLockedError } from "./errors.ts";
-import type { Redlock } from "./redlock.ts";
-import { delay } from "./_delay.ts";
-import { type CliArgs, EXIT, type Subcommand } from "./_cli_args.ts";
-import { Child, SignalTrap, SpawnError } from "./_cli_child.ts";
-import { CliRedis } from "./_cli_redis.ts";
+import { ExecutionError, LockLostError, ResourceLockedError } from "../api/errors.ts";
+import type { Redlock } from "../api/redlock.ts";
+import { delay } from "../util/delay.ts";
+import { type CliArgs, EXIT, type Subcommand } from "./args.ts";
+import { Child, SignalTrap, SpawnError } from "./child.ts";
+import { CliRedis } from "./redis.ts";
 
 /** Where the CLI's own messages go (stderr, one line each). */
 export type Log = (line: string) => void;

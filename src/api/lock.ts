@@ -6,7 +6,7 @@
 
 import type { ExecutionResult, ExecutionStats } from "./errors.ts";
 import type { ExtendOptions, ReleaseOptions } from "./options.ts";
-import { now, toEpoch } from "./_time.ts";
+import { now, toEpoch } from "../util/time.ts";
 
 /**
  * What made a lock, and what its {@linkcode Lock.release},

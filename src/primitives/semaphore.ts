@@ -5,11 +5,11 @@
  * @module
  */
 
-import { type ExecutionStats, ResourceLockedError } from "./errors.ts";
-import { Lock } from "./lock.ts";
-import type { HandleAcquireOptions, HandleUsingOptions, UsingRoutine } from "./options.ts";
-import type { Redlock } from "./redlock.ts";
-import { RELEASE, releaseCall } from "./scripts.ts";
+import { type ExecutionStats, ResourceLockedError } from "../api/errors.ts";
+import { Lock } from "../api/lock.ts";
+import type { HandleAcquireOptions, HandleUsingOptions, UsingRoutine } from "../api/options.ts";
+import type { Redlock } from "../api/redlock.ts";
+import { RELEASE, releaseCall } from "../protocol/scripts.ts";
 import {
   ANY_SLOT,
   MISMATCH,
@@ -17,9 +17,9 @@ import {
   SEM_ACQUIRE,
   semAcquireCall,
   slotKey,
-} from "./_semaphore_script.ts";
-import { type Ballot, type Send, type Servers, toVote, type Vote } from "./_servers.ts";
-import { type Member, round, type Tally } from "./_quorum.ts";
+} from "../protocol/semaphore_script.ts";
+import { type Ballot, type Send, type Servers, toVote, type Vote } from "../quorum/servers.ts";
+import { type Member, round, type Tally } from "../quorum/round.ts";
 import {
   checkRequest,
   contend,
@@ -28,14 +28,14 @@ import {
   type HandleRequest,
   oneAttempt,
   type Refusal,
-} from "./_contend.ts";
+} from "./contend.ts";
 import { contextOf } from "./read_write.ts";
-import { extensionThreshold, holdWhile, usingArguments } from "./_auto_extend.ts";
-import { checkKeys, KNOWN } from "./_options.ts";
-import { within } from "./_delay.ts";
-import { FastPath } from "./_fast_path.ts";
-import { drift, now, validUntil } from "./_time.ts";
-import { checkNumber, checkResource } from "./_validate.ts";
+import { extensionThreshold, holdWhile, usingArguments } from "../operations/auto_extend.ts";
+import { checkKeys, KNOWN } from "../api/settings.ts";
+import { within } from "../util/delay.ts";
+import { FastPath } from "../acquire/fast_path.ts";
+import { drift, now, validUntil } from "../util/time.ts";
+import { checkNumber, checkResource } from "../util/validate.ts";
 
 /** The largest number of permits: each acquire reads every slot. */
 export const MAX_PERMITS = 1_000;

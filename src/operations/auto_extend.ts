@@ -3,10 +3,10 @@
  * validity ends, again and again, and aborts a signal when it cannot.
  */
 
-import type { Lock } from "./lock.ts";
-import type { UsingContext, UsingRoutine } from "./options.ts";
-import { describeValue } from "./_validate.ts";
-import type { Settings } from "./_options.ts";
+import type { Lock } from "../api/lock.ts";
+import type { UsingContext, UsingRoutine } from "../api/options.ts";
+import { describeValue } from "../util/validate.ts";
+import type { Settings } from "../api/settings.ts";
 
 /**
  * The threshold using() extends at: the one set, which must be below the
