@@ -43,10 +43,9 @@ export type {
   RedlockInit,
   RedlockOptions,
   ReleaseOptions,
-  UsingContext,
   UsingOptions,
-  UsingRoutine,
 } from "./src/api/options.ts";
+export type { UsingContext, UsingRoutine } from "./src/api/routine.ts";
 export { Lock, type LockInit, type LockOwner, type LockSummary } from "./src/api/lock.ts";
 export {
   lead,

@@ -16,7 +16,7 @@ import {
   LockReleasedEvent,
   type RedlockEventMap,
 } from "./events.ts";
-import type { Lock, LockOwner } from "./lock.ts";
+import { checkLock, type Lock, type LockOwner } from "./lock.ts";
 import { lead, type LeadOptions, type LeadRoutine } from "../primitives/lead.ts";
 import type {
   AcquireOptions,
@@ -26,8 +26,8 @@ import type {
   RedlockOptions,
   ReleaseOptions,
   UsingOptions,
-  UsingRoutine,
 } from "./options.ts";
+import type { UsingRoutine } from "./routine.ts";
 import { fenceKey, RELEASE, releaseCall } from "../protocol/scripts.ts";
 import { duplicateSubscriber } from "../wait/subscriber.ts";
 import { ReadWriteLock } from "../primitives/read_write.ts";
@@ -57,13 +57,7 @@ import { Servers, show } from "../quorum/servers.ts";
 import { Waiters } from "../wait/waiters.ts";
 import { deadline } from "../util/delay.ts";
 import { now } from "../util/time.ts";
-import {
-  checkDuration,
-  checkLock,
-  checkResource,
-  checkResources,
-  describeValue,
-} from "../util/validate.ts";
+import { checkDuration, checkResource, checkResources, describeValue } from "../util/validate.ts";
 
 const EVENT_TYPES: ReadonlySet<string> = new Set<keyof RedlockEventMap>([
   "error",

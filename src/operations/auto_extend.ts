@@ -4,7 +4,7 @@
  */
 
 import type { Lock } from "../api/lock.ts";
-import type { UsingContext, UsingRoutine } from "../api/options.ts";
+import type { UsingContext, UsingRoutine } from "../api/routine.ts";
 import { describeValue } from "../util/validate.ts";
 import type { Settings } from "../api/settings.ts";
 

@@ -7,7 +7,8 @@
  */
 
 import type { Lock } from "../api/lock.ts";
-import type { UsingContext, UsingOptions } from "../api/options.ts";
+import type { UsingOptions } from "../api/options.ts";
+import type { UsingContext } from "../api/routine.ts";
 import type { Redlock } from "../api/redlock.ts";
 import { delay } from "../util/delay.ts";
 import { checkDuration, describeValue } from "../util/validate.ts";

@@ -6,14 +6,14 @@
  */
 
 import { ExecutionError, type ExecutionResult, ResourceLockedError } from "../api/errors.ts";
-import { Lock, type LockOwner } from "../api/lock.ts";
+import { checkLock, Lock, type LockOwner } from "../api/lock.ts";
 import type {
   ExtendOptions,
   HandleAcquireOptions,
   HandleUsingOptions,
   ReleaseOptions,
-  UsingRoutine,
 } from "../api/options.ts";
+import type { UsingRoutine } from "../api/routine.ts";
 import type { Redlock } from "../api/redlock.ts";
 import {
   GATE,
@@ -51,7 +51,7 @@ import {
 } from "../api/settings.ts";
 import { within } from "../util/delay.ts";
 import { now, validUntil } from "../util/time.ts";
-import { checkDuration, checkLock, checkResource, describeValue } from "../util/validate.ts";
+import { checkDuration, checkResource, describeValue } from "../util/validate.ts";
 
 export type { Mode as ReadWriteMode };
 

@@ -7,7 +7,8 @@
 
 import { type ExecutionStats, ResourceLockedError } from "../api/errors.ts";
 import { Lock } from "../api/lock.ts";
-import type { HandleAcquireOptions, HandleUsingOptions, UsingRoutine } from "../api/options.ts";
+import type { HandleAcquireOptions, HandleUsingOptions } from "../api/options.ts";
+import type { UsingRoutine } from "../api/routine.ts";
 import type { Redlock } from "../api/redlock.ts";
 import { RELEASE, releaseCall } from "../protocol/scripts.ts";
 import {

@@ -1,5 +1,3 @@
-import { Lock } from "../api/lock.ts";
-
 /** A short description of a value for error messages. */
 export function describeValue(value: unknown): string {
   if (typeof value === "string") return JSON.stringify(value);
@@ -51,14 +49,6 @@ export function checkResource(resource: unknown, name: string): string {
   }
   if (resource === "") throw new RangeError(`${name} must not be empty, got ""`);
   return resource;
-}
-
-/** Checks that `lock` is a Lock. */
-export function checkLock(lock: unknown, name = "lock"): Lock {
-  if (!(lock instanceof Lock)) {
-    throw new TypeError(`${name} must be a Lock, got ${describeValue(lock)}`);
-  }
-  return lock;
 }
 
 /** Checks a lease length in ms: an integer from 1 to 2^31 − 1. */
