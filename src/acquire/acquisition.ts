@@ -29,6 +29,7 @@ import type { Listening, Sleeper, Waiters } from "../wait/waiters.ts";
 import type { Member, Tally } from "../quorum/round.ts";
 import { Conflict, VotesAgainst } from "../quorum/votes.ts";
 import { AttemptLog } from "./attempts.ts";
+import { queueLife } from "../protocol/encoding.ts";
 import { type Held, setIfAbsent, setIfAbsentVote } from "./fast_path.ts";
 import { fence } from "../operations/extend.ts";
 import { retryWait, type Settings } from "../api/settings.ts";
@@ -608,7 +609,7 @@ function terms(request: AcquireRequest, seat: Seat) {
     duration: request.duration,
     fencing: request.fencing,
     seat,
-    queueLife: 4 * request.settings.requestTimeout,
+    queueLife: queueLife(request.settings.requestTimeout),
   };
 }
 

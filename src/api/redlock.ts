@@ -29,6 +29,7 @@ import type {
 } from "./options.ts";
 import type { UsingRoutine } from "./routine.ts";
 import { fenceKey, RELEASE, releaseCall } from "../protocol/scripts.ts";
+import { lockValue } from "../protocol/encoding.ts";
 import { duplicateSubscriber } from "../wait/subscriber.ts";
 import { ReadWriteLock } from "../primitives/read_write.ts";
 import { Semaphore, type SemaphoreOptions } from "../primitives/semaphore.ts";
@@ -903,6 +904,6 @@ export class Redlock extends EventTarget implements LockOwner {
    * and the lease a release hands the key over for (0: reserve it only).
    */
   #nextValue(lease: number): string {
-    return `${this.#id}:${(++this.#acquires).toString(36)}:${lease}`;
+    return lockValue(this.#id, ++this.#acquires, lease);
   }
 }

@@ -4,7 +4,8 @@
  */
 
 import type { RedlockOptions } from "./options.ts";
-import { checkNumber, describeValue, MAX_DURATION } from "../util/validate.ts";
+import { checkNumber, describeValue } from "../util/validate.ts";
+import { MAX_DURATION } from "../protocol/encoding.ts";
 
 /** Every setting, filled in. */
 export interface Settings extends Required<Omit<RedlockOptions, "retryDelay">> {

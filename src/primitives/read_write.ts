@@ -29,6 +29,7 @@ import {
   rwModeCall,
 } from "../protocol/read_write_scripts.ts";
 import type { Send, Servers } from "../quorum/servers.ts";
+import { queueLife } from "../protocol/encoding.ts";
 import {
   checkRequest,
   contend,
@@ -522,7 +523,7 @@ class RwAcquire implements Contender {
     const call = rwCall(this.#keys, value, {
       duration,
       how: RW_HOW.acquire,
-      watchLife: listening ? 4 * timeout : 0,
+      watchLife: listening ? queueLife(timeout) : 0,
       markLife: sleep + 2 * timeout,
       marked: this.#attempts.length > 0,
     });

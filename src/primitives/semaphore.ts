@@ -11,6 +11,7 @@ import type { HandleAcquireOptions, HandleUsingOptions } from "../api/options.ts
 import type { UsingRoutine } from "../api/routine.ts";
 import type { Redlock } from "../api/redlock.ts";
 import { RELEASE, releaseCall } from "../protocol/scripts.ts";
+import { queueLife } from "../protocol/encoding.ts";
 import {
   ANY_SLOT,
   MISMATCH,
@@ -369,7 +370,7 @@ class PermitAcquire implements Contender {
     const stragglers = new Stragglers((members, keep) => this.#release(members, keep));
     const first = await round<Vote, [Ballot, Tally<Vote>]>(
       servers.members,
-      this.#sender(ANY_SLOT, { fresh, queueLife: listening ? 4 * this.#timeout : 0 }),
+      this.#sender(ANY_SLOT, { fresh, queueLife: listening ? queueLife(this.#timeout) : 0 }),
       {
         timeout: this.#timeout,
         start,

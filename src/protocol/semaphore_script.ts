@@ -7,6 +7,7 @@
  * differently is told.
  */
 
+import { CONFLICT } from "./encoding.ts";
 import { beside, type LuaScript, queueKey, script, type ScriptCall, WATCHER } from "./scripts.ts";
 
 /**
@@ -48,7 +49,7 @@ if want >= 0 then
     if i ~= want and redis.call("GET", KEYS[i + 2]) == value then redis.call("DEL", KEYS[i + 2]) end
   end
   local holder = redis.call("GET", KEYS[want + 2])
-  if holder and holder ~= value then return -3 - redis.call("PTTL", KEYS[want + 2]) end
+  if holder and holder ~= value then return ${CONFLICT} - redis.call("PTTL", KEYS[want + 2]) end
   took = want
 else
   local fresh, free, shortest = ARGV[5] == "${NEW_VALUE}", -1, nil
@@ -75,7 +76,7 @@ else
         if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
       end
     end
-    return -3 - shortest
+    return ${CONFLICT} - shortest
   end
 end
 redis.call("SET", KEYS[took + 2], value, "PX", lease)

@@ -10,6 +10,7 @@ import type { LuaScript, ScriptCall } from "../protocol/scripts.ts";
 import { type Member, round, type Tally } from "./round.ts";
 import { Conflict, VotesAgainst } from "./votes.ts";
 import { hashSlot } from "../protocol/hash_slot.ts";
+import { conflictTtl } from "../protocol/encoding.ts";
 import { now } from "../util/time.ts";
 import { describeValue } from "../util/validate.ts";
 
@@ -66,7 +67,7 @@ export interface Ballot {
 export function toVote(reply: unknown, server: number): Vote {
   if (Number.isInteger(reply)) {
     const n = reply as number;
-    return n >= 0 ? n : new Conflict(server, -3 - n);
+    return n >= 0 ? n : new Conflict(server, conflictTtl(n));
   }
   throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
 }

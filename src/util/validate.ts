@@ -1,3 +1,5 @@
+import { MAX_DURATION } from "../protocol/encoding.ts";
+
 /** A short description of a value for error messages. */
 export function describeValue(value: unknown): string {
   if (typeof value === "string") return JSON.stringify(value);
@@ -7,9 +9,6 @@ export function describeValue(value: unknown): string {
   if (Array.isArray(value)) return `an array of ${value.length}`;
   return `an object ${value.constructor?.name ?? "(no prototype)"}`;
 }
-
-/** The largest lease Redis's `PX` takes that fits in a 32-bit timer. */
-export const MAX_DURATION = 2 ** 31 - 1;
 
 /** Checks `resources` and returns them as a fresh array of unique, non-empty strings. */
 export function checkResources(resources: unknown, name = "resources"): string[] {

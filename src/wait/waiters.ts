@@ -1,10 +1,6 @@
 import { Alarm, type Member } from "../quorum/round.ts";
-import {
-  releaseChannel,
-  type ReleaseSubscriber,
-  type SubscriberFactory,
-  wakeChannel,
-} from "./subscriber.ts";
+import type { ReleaseSubscriber, SubscriberFactory } from "./subscriber.ts";
+import { releaseChannel, wakeChannel } from "../protocol/encoding.ts";
 import { now } from "../util/time.ts";
 import { within } from "../util/delay.ts";
 
