@@ -48,6 +48,7 @@ export type {
 export type { UsingContext, UsingRoutine } from "./src/api/routine.ts";
 export { Lock, type LockInit, type LockOwner, type LockSummary } from "./src/api/lock.ts";
 export {
+  type Campaigner,
   lead,
   type LeadContext,
   type LeadOptions,

@@ -1,127 +1,47 @@
 /**
- * The acquire path: the lean first attempt, and the state machine every
- * later attempt goes through (retries, the wait queue, handoffs, fencing,
- * giving up).
+ * The acquire's state machine: every attempt after the lean first one
+ * (see `acquire.ts`) until the lock is had or given up: retries, the wait
+ * queue, handoffs, fencing.
+ *
+ * @module
  */
 
 import { ExecutionError, ResourceLockedError } from "../api/errors.ts";
-import { Lock, type LockInit, type LockOwner } from "../api/lock.ts";
+import type { LockContext } from "../api/lock_context.ts";
+import type { Lock } from "../api/lock.ts";
 import {
   ACQUIRE,
   acquireCall,
   NO_SEAT,
-  RELEASE,
   RELEASE_MODE,
-  releaseCall,
   type ReleaseMode,
-  type ReleaseTerms,
   type Seat,
 } from "../protocol/scripts.ts";
-import {
-  type Ballot,
-  type Send,
-  type Servers,
-  show,
-  toNumber,
-  type Vote,
-} from "../quorum/servers.ts";
-import type { Listening, Sleeper, Waiters } from "../wait/waiters.ts";
+import { type Ballot, type Send, type Servers, show, type Vote } from "../quorum/servers.ts";
+import type { Listening, Sleeper } from "../wait/waiters.ts";
 import type { Member, Tally } from "../quorum/round.ts";
 import { Conflict, VotesAgainst } from "../quorum/votes.ts";
 import { AttemptLog } from "./attempts.ts";
-import { queueLife } from "../protocol/encoding.ts";
-import { type Held, setIfAbsent, setIfAbsentVote } from "./fast_path.ts";
+import { holderTtl, setNx } from "./fast_path.ts";
+import { markHandedOver } from "./handover.ts";
+import {
+  abandon,
+  type AcquireRequest,
+  newLock,
+  queueable,
+  releaser,
+  takesBySet,
+  terms,
+} from "./request.ts";
 import { fence } from "../operations/extend.ts";
-import { retryWait, type Settings } from "../api/settings.ts";
+import { retryWait } from "../api/settings.ts";
 import { delay, within } from "../util/delay.ts";
 import { now, validUntil } from "../util/time.ts";
 
-/** What an acquire needs of its Redlock. */
-export interface AcquireContext {
-  readonly servers: Servers;
-  readonly waiters: Waiters;
-  /** What the locks delegate their release and extension to. */
-  readonly owner: LockOwner;
-}
-
-/** One acquire's checked arguments. */
-export interface AcquireRequest {
-  readonly keys: readonly string[];
-  readonly duration: number;
-  readonly settings: Settings;
-  readonly signal: AbortSignal | undefined;
-  readonly fencing: boolean;
-  /** ms the whole acquire may take (the caller's `timeout`). */
-  readonly timeout: number | undefined;
-  /**
-   * Unique: the Redlock's id (which names the channel that wakes the acquire
-   * when it queues), a count, and the lease a release hands the key to it
-   * for (0: only reserve it, as a fencing token needs the acquire script).
-   */
-  readonly value: string;
-}
-
-/** Locks that a release handed over (no round of requests took them). */
-const handedOver = new WeakSet<Lock>();
-
-/** Whether a release handed `lock` over to its acquire. */
-export function wasHandedOver(lock: Lock): boolean {
-  return handedOver.has(lock);
-}
-
 /** An attempt's round: when it started and how the servers voted. */
-interface Attempt {
+export interface Attempt {
   readonly start: number;
   readonly ballot: Ballot;
-}
-
-/**
- * Acquires a lock. The first attempt is kept lean for the usual case: one
- * round, and the lock when it succeeds. Anything else (a conflict, too few
- * servers, a fencing token to confirm, a queue to join) goes on in an
- * {@linkcode Acquisition}, which takes that round as its first attempt.
- */
-export function acquire(context: AcquireContext, request: AcquireRequest): Promise<Lock> {
-  const { keys, duration, settings, signal, fencing } = request;
-  if (signal?.aborted) return Promise.reject(signal.reason);
-  if (queueable(request) && context.waiters.isHot(keys[0]!)) {
-    // An acquire of this Redlock queued for the resource just now, so it is
-    // likely still contended: queue at once.
-    return new Acquisition(context, request).run(undefined);
-  }
-  const { servers } = context;
-  const start = now();
-  const plain = setsIfAbsent(servers, request)
-    ? setIfAbsentVote(keys[0]!, request.value, duration, holderTtl(keys[0]!))
-    : undefined;
-  const send = plain?.send ??
-    servers.sender(ACQUIRE, acquireCall(keys, request.value, terms(request, NO_SEAT)));
-  // The lock is made as the round settles, without a `then` of the round.
-  return servers.decide(send, {
-    keys,
-    timeout: settings.requestTimeout,
-    signal,
-    start,
-    judge: plain?.judge,
-    decide: (ballot) => {
-      const until = validUntil(start, duration, settings.driftFactor);
-      if (!fencing && ballot.ok && until > ballot.end) {
-        return newLock(context.owner, request, Object.freeze([ballot.stats]), until, undefined);
-      }
-      return new Acquisition(context, request).run({ start, ballot });
-    },
-    aborted: () => abandon(servers, request),
-  });
-}
-
-/** Whether an acquire waits in the resource's queue when it is held (one resource, notify). */
-function queueable({ settings, keys }: AcquireRequest): boolean {
-  return settings.wait === "notify" && keys.length === 1;
-}
-
-/** Whether an acquire may take its free resource by a plain SET NX (see `_fast_path.ts`). */
-function setsIfAbsent(servers: Servers, { fencing, keys }: AcquireRequest): boolean {
-  return servers.plain && !fencing && keys.length === 1;
 }
 
 /** What `#wait()` returns when the acquire sleeps in the queue until `woken()`. */
@@ -134,8 +54,8 @@ const NAPPING = Symbol("napping");
  * message or the fallback time wakes it (`woken()`), and it takes its
  * next turn.
  */
-class Acquisition implements Sleeper {
-  readonly #context: AcquireContext;
+export class Acquisition implements Sleeper {
+  readonly #context: LockContext;
   readonly #request: AcquireRequest;
   readonly #attempts: AttemptLog;
   /** Settle the promise `run()` returned. */
@@ -170,12 +90,12 @@ class Acquisition implements Sleeper {
    */
   #allowance: number;
 
-  constructor(context: AcquireContext, request: AcquireRequest) {
+  constructor(context: LockContext, request: AcquireRequest) {
     this.#context = context;
     this.#request = request;
     this.#attempts = new AttemptLog(context.servers.members.length, context.servers.quorum);
     this.#allowance = request.settings.retryCount === -1 ? Infinity : 0;
-    this.#setIfAbsent = setsIfAbsent(this.#servers, request);
+    this.#setIfAbsent = takesBySet(this.#servers, request);
   }
 
   get #servers(): Servers {
@@ -522,7 +442,7 @@ class Acquisition implements Sleeper {
     });
     this.#queued = false;
     const lock = this.#lock(until, undefined);
-    handedOver.add(lock);
+    markHandedOver(lock);
     return lock;
   }
 
@@ -576,7 +496,7 @@ class Acquisition implements Sleeper {
   #sender(): Send {
     const { keys, value, duration } = this.#request;
     return this.#setIfAbsent
-      ? setIfAbsent(keys[0]!, value, duration, holderTtl(keys[0]!))
+      ? setNx(keys[0]!, value, duration, holderTtl(keys[0]!))
       : this.#servers.sender(ACQUIRE, acquireCall(keys, value, terms(this.#request, this.#seat)));
   }
 
@@ -601,57 +521,4 @@ function kept(attempt: Attempt): Attempt {
     votesAgainst: votesAgainst.compact(),
   };
   return { start: attempt.start, ballot: { ...ballot, stats } };
-}
-
-/** ACQUIRE's terms for `request` with `seat`. */
-function terms(request: AcquireRequest, seat: Seat) {
-  return {
-    duration: request.duration,
-    fencing: request.fencing,
-    seat,
-    queueLife: queueLife(request.settings.requestTimeout),
-  };
-}
-
-function releaser(
-  servers: Servers,
-  request: AcquireRequest,
-  terms: Omit<ReleaseTerms, "reservation">,
-): Send {
-  const reservation = request.settings.requestTimeout;
-  return servers.sender(
-    RELEASE,
-    releaseCall(request.keys, request.value, { ...terms, reservation }),
-  );
-}
-
-/** Aborted mid-round: whatever lands on a server is released behind it. */
-function abandon(servers: Servers, request: AcquireRequest): void {
-  servers.quietly(releaser(servers, request, { mode: RELEASE_MODE.release }), servers.members);
-}
-
-function newLock(
-  owner: LockOwner,
-  request: AcquireRequest,
-  attempts: LockInit["attempts"],
-  until: number,
-  fencingToken: number | undefined,
-): Lock {
-  return new Lock({
-    owner,
-    resources: Object.freeze(request.keys),
-    value: request.value,
-    attempts,
-    validUntil: until,
-    fencingToken,
-  });
-}
-
-/**
- * A refusal of the acquire's `SET NX` as a conflict with the holder's TTL,
- * asked by PTTL. The PTTL is only read; nothing is written after a SET, so
- * a release sent on the same connection behind it still lands last.
- */
-function holderTtl(key: string): Held {
-  return (m) => m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
 }

@@ -7,17 +7,11 @@
  */
 
 import type { RedisClient } from "../clients/clients.ts";
-import { type ExecutionResult, LockLostError, ResourceLockedError } from "./errors.ts";
-import { RedlockErrorEvent } from "./error_event.ts";
-import {
-  LockAcquiredEvent,
-  LockExtendedEvent,
-  LockLostEvent,
-  LockReleasedEvent,
-  type RedlockEventMap,
-} from "./events.ts";
+import type { ExecutionResult } from "./errors.ts";
+import type { RedlockErrorEvent } from "./error_event.ts";
+import type { RedlockEventMap } from "./events.ts";
 import { checkLock, type Lock, type LockOwner } from "./lock.ts";
-import { lead, type LeadOptions, type LeadRoutine } from "../primitives/lead.ts";
+import { on, type OnListener } from "./listeners.ts";
 import type {
   AcquireOptions,
   ExtendOptions,
@@ -27,46 +21,22 @@ import type {
   ReleaseOptions,
   UsingOptions,
 } from "./options.ts";
+import { RedlockContext } from "./redlock_context.ts";
 import type { UsingRoutine } from "./routine.ts";
-import { fenceKey, RELEASE, releaseCall } from "../protocol/scripts.ts";
-import { lockValue } from "../protocol/encoding.ts";
-import { duplicateSubscriber } from "../wait/subscriber.ts";
+import { checkCallOptions, checkSettings, KNOWN, releaseSettings } from "./settings.ts";
+import { acquireLock } from "../acquire/acquire.ts";
+import { checkAcquire } from "../acquire/request.ts";
+import { extensionThreshold } from "../operations/auto_extend.ts";
+import { extendLock } from "../operations/extend.ts";
+import { checkInspect, inspect } from "../operations/inspect.ts";
+import { release } from "../operations/release.ts";
+import { using, usingArguments } from "../operations/using.ts";
+import { lead, type LeadOptions, type LeadRoutine } from "../primitives/lead.ts";
 import { ReadWriteLock } from "../primitives/read_write.ts";
 import { Semaphore, type SemaphoreOptions } from "../primitives/semaphore.ts";
-import { CONTEXTS } from "../primitives/contend.ts";
-import {
-  acquire,
-  type AcquireContext,
-  type AcquireRequest,
-  wasHandedOver,
-} from "../acquire/acquisition.ts";
-import { extensionThreshold, holdWhile, usingArguments } from "../operations/auto_extend.ts";
-import { extend, type ExtendRequest } from "../operations/extend.ts";
-import { HOOKS } from "./hooks.ts";
-import { inspect } from "../operations/inspect.ts";
-import {
-  checkCallOptions,
-  checkKeys,
-  checkSettings,
-  DEFAULTS,
-  KNOWN,
-  NO_OPTIONS,
-  releaseSettings,
-  type Settings,
-} from "./settings.ts";
-import { Servers, show } from "../quorum/servers.ts";
-import { Waiters } from "../wait/waiters.ts";
-import { deadline } from "../util/delay.ts";
-import { now } from "../util/time.ts";
-import { checkDuration, checkResource, checkResources, describeValue } from "../util/validate.ts";
-
-const EVENT_TYPES: ReadonlySet<string> = new Set<keyof RedlockEventMap>([
-  "error",
-  "acquired",
-  "released",
-  "extended",
-  "lost",
-]);
+import { show } from "../quorum/servers.ts";
+import { ResourceLockedError } from "./errors.ts";
+import { checkDuration, checkResource } from "../util/validate.ts";
 
 /** What a Redlock shows of itself in logs: never its clients. */
 export interface RedlockSummary {
@@ -105,16 +75,7 @@ export class Redlock extends EventTarget implements LockOwner {
   readonly settings: Readonly<Required<RedlockOptions>>;
   /** How many servers must agree: `⌊clients.length / 2⌋ + 1`. */
   readonly quorum: number;
-  readonly #settings: Settings;
-  readonly #servers: Servers;
-  readonly #waiters: Waiters;
-  /** A random id: the first part of the values of this Redlock's locks. */
-  readonly #id: string = crypto.randomUUID();
-  /** How many acquires were made: the second part. */
-  #acquires = 0;
-  readonly #context: AcquireContext;
-  /** The listeners of each event type, so that no event is made for nobody. */
-  readonly #listeners = new Map<string, Set<unknown>>();
+  readonly #context: RedlockContext;
 
   /**
    * Makes a Redlock over independent Redis servers or clusters.
@@ -138,32 +99,11 @@ export class Redlock extends EventTarget implements LockOwner {
    */
   constructor(clients: readonly RedisClient[], options?: RedlockInit) {
     super();
-    if (!Array.isArray(clients)) {
-      throw new TypeError(`clients must be an array of clients, got ${describeValue(clients)}`);
-    }
-    if (clients.length === 0) throw new TypeError("clients must not be empty, got []");
-    if (new Set(clients).size !== clients.length) {
-      const i = clients.findIndex((c, j) => clients.indexOf(c) !== j);
-      throw new TypeError(
-        `clients[${i}] is the same client as clients[${clients.indexOf(clients[i]!)}]: ` +
-          "each server must appear once",
-      );
-    }
-    if (options !== undefined) checkKeys(options, KNOWN.redlock, "options");
-    this.#servers = new Servers(clients, this);
-    this.#settings = checkSettings(options ?? NO_OPTIONS, DEFAULTS, "options");
-    const { thresholdSet: _, ...settings } = this.#settings;
+    this.#context = new RedlockContext(clients, options, this);
+    const { thresholdSet: _, ...settings } = this.#context.settings;
     this.settings = Object.freeze(settings);
     this.clients = Object.freeze([...clients]);
-    this.quorum = this.#servers.quorum;
-    const factory = options?.subscriber ?? duplicateSubscriber;
-    if (typeof factory !== "function") {
-      throw new TypeError(
-        `options.subscriber must be a function, got ${describeValue(factory)}`,
-      );
-    }
-    this.#waiters = new Waiters(this.#id, this.#servers.members, factory, this.#servers.emit);
-    this.#context = { servers: this.#servers, waiters: this.#waiters, owner: this };
+    this.quorum = this.#context.servers.quorum;
   }
 
   /**
@@ -180,7 +120,7 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```
    */
   [Symbol.asyncDispose](): Promise<void> {
-    return this.#waiters.close();
+    return this.#context.waiters.close();
   }
 
   /**
@@ -214,13 +154,13 @@ export class Redlock extends EventTarget implements LockOwner {
     duration: number,
     options?: AcquireOptions,
   ): Promise<Lock> {
-    let request: AcquireRequest;
+    let request;
     try {
-      request = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
+      request = checkAcquire(this.#context, resources, duration, options, KNOWN.acquire);
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#acquire(request, request.timeout);
+    return acquireLock(this.#context, request);
   }
 
   /**
@@ -250,13 +190,12 @@ export class Redlock extends EventTarget implements LockOwner {
     duration: number,
     options?: AcquireOptions,
   ): Promise<Lock | null> {
-    const request = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
-    const { timeout } = request;
+    const request = checkAcquire(this.#context, resources, duration, options, KNOWN.acquire);
     try {
-      return await this.#acquire({
+      return await acquireLock(this.#context, {
         ...request,
         settings: { ...request.settings, retryCount: 0 },
-      }, timeout);
+      });
     } catch (error) {
       if (error instanceof ResourceLockedError) return null;
       throw error;
@@ -282,14 +221,14 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```
    */
   release(lock: Lock, options?: ReleaseOptions): Promise<ExecutionResult> {
-    let settings = this.#settings;
+    let timeout: number;
     try {
       checkLock(lock);
-      settings = releaseSettings(options, settings);
+      timeout = releaseSettings(options, this.#context.settings).requestTimeout;
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#release(lock, settings);
+    return this.#release(lock, timeout);
   }
 
   /**
@@ -318,19 +257,18 @@ export class Redlock extends EventTarget implements LockOwner {
     checkLock(lock);
     checkDuration(duration);
     const opts = checkCallOptions(options, KNOWN.extend);
-    const settings = checkSettings(opts, this.#settings, "options");
-    const { signal, dispose } = deadline(opts.signal, opts.timeout);
-    try {
-      return await this.#extend({
-        lock,
-        duration,
-        settings,
-        onlyIfLocked: opts.onlyIfLocked ?? true,
-        signal,
-      });
-    } finally {
-      dispose();
-    }
+    const settings = checkSettings(opts, this.#context.settings, "options");
+    const onlyIfLocked = opts.onlyIfLocked ?? true;
+    const { signal, timeout } = opts;
+    return await extendLock(this.#context, {
+      lock,
+      duration,
+      settings,
+      onlyIfLocked,
+      signal,
+      timeout,
+      owner: this,
+    });
   }
 
   /**
@@ -401,28 +339,18 @@ export class Redlock extends EventTarget implements LockOwner {
       optionsOrRoutine,
       maybeRoutine,
     );
-    const request = this.#checkAcquire(resources, duration, options, KNOWN.using);
-    const { timeout } = request;
+    const context = this.#context;
+    const request = checkAcquire(context, resources, duration, options, KNOWN.using);
     const { settings } = request;
-    const threshold = extensionThreshold(settings, duration);
-    const lock = await this.#acquire(request, timeout);
-    const extendSettings = { ...settings, retryCount: -1 };
-    return holdWhile(
-      lock,
-      threshold,
-      (current, signal) =>
-        this.#extend({
-          lock: current,
-          duration,
-          settings: extendSettings,
-          onlyIfLocked: true,
-          signal,
-        }),
-      options?.signal,
-      routine,
-      (last) => this.#release(last, settings),
-      (error) => this.reportError(error),
-    );
+    const extending = { duration, settings: { ...settings, retryCount: -1 }, onlyIfLocked: true };
+    return await using(routine, {
+      threshold: extensionThreshold(settings, duration),
+      signal: options?.signal,
+      acquire: () => acquireLock(context, request),
+      extend: (lock, signal) => extendLock(context, { ...extending, lock, signal, owner: this }),
+      release: (lock) => this.#release(lock, settings.requestTimeout),
+      report: (error) => this.reportError(error),
+    });
   }
 
   /**
@@ -556,22 +484,7 @@ export class Redlock extends EventTarget implements LockOwner {
     type: keyof RedlockEventMap,
     listener: ((error: Error, event: RedlockErrorEvent) => void) | ((event: Event) => void),
   ): () => void {
-    if (!EVENT_TYPES.has(type)) {
-      throw new TypeError(
-        `type must be one of ${[...EVENT_TYPES].join(", ")}, got ${describeValue(type)}`,
-      );
-    }
-    if (typeof listener !== "function") {
-      throw new TypeError(`listener must be a function, got ${describeValue(listener)}`);
-    }
-    const handler = type === "error"
-      ? (event: Event) => {
-        const e = event as RedlockErrorEvent;
-        (listener as (error: Error, event: RedlockErrorEvent) => void)(e.error, e);
-      }
-      : listener as (event: Event) => void;
-    this.addEventListener(type, handler);
-    return () => this.removeEventListener(type, handler);
+    return on(this, type, listener as OnListener);
   }
 
   /**
@@ -588,10 +501,7 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: boolean | AddEventListenerOptions,
   ): void {
     super.addEventListener(type, listener, options);
-    if (listener === null) return;
-    let set = this.#listeners.get(type);
-    if (set === undefined) this.#listeners.set(type, set = new Set());
-    set.add(listener);
+    this.#context.lifecycle.listeners.added(type, listener);
   }
 
   /**
@@ -607,7 +517,7 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: boolean | EventListenerOptions,
   ): void {
     super.removeEventListener(type, listener, options);
-    this.#listeners.get(type)?.delete(listener);
+    this.#context.lifecycle.listeners.removed(type, listener);
   }
 
   /**
@@ -625,8 +535,7 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```
    */
   reportError(error: unknown): void {
-    const e = error instanceof Error ? error : new Error(String(error), { cause: error });
-    this.dispatchEvent(new RedlockErrorEvent(e, -1, this));
+    this.#context.lifecycle.reportError(error);
   }
 
   /**
@@ -692,101 +601,10 @@ export class Redlock extends EventTarget implements LockOwner {
     return `Redlock ${inspect(this.toJSON(), options)}`;
   }
 
-  /** Checks an acquire's arguments; returns the request and its timeout. */
-  #checkAcquire(
-    resources: unknown,
-    duration: unknown,
-    options: AcquireOptions | undefined,
-    known: ReadonlySet<string>,
-  ): AcquireRequest {
-    const keys = checkResources(resources);
-    checkDuration(duration);
-    const opts = checkCallOptions(options, known);
-    const settings = checkSettings(opts, this.#settings, "options");
-    const fencing = opts.fencing === true;
-    this.#servers.checkSlots(fencing ? [...keys, ...keys.map(fenceKey)] : keys);
-    const value = this.#nextValue(fencing ? 0 : duration as number);
-    const request = {
-      keys,
-      duration: duration as number,
-      settings,
-      signal: opts.signal,
-      fencing,
-      value,
-      timeout: opts.timeout,
-    };
-    return request;
-  }
-
-  /** Acquires, bounded by `timeout` when given, through the hooks and with the event. */
-  #acquire(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
-    const hooks = HOOKS.get(this);
-    if (hooks === undefined) return this.#acquireNow(request, timeout);
-    return hooks.acquire(request.keys, () => this.#acquireNow(request, timeout), request.signal);
-  }
-
-  #acquireNow(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
-    const listened = this.#listened("acquired");
-    const start = listened ? now() : 0;
-    let acquiring: Promise<Lock>;
-    if (timeout === undefined) acquiring = acquire(this.#context, request);
-    else {
-      const { signal, dispose } = deadline(request.signal, timeout);
-      acquiring = acquire(this.#context, { ...request, signal }).finally(dispose);
-    }
-    if (!listened) return acquiring;
-    return acquiring.then((lock) => {
-      const waited = now() - start;
-      this.dispatchEvent(new LockAcquiredEvent({ lock, waited, handoff: wasHandedOver(lock) }));
-      return lock;
-    });
-  }
-
-  /** Extends, through the hooks and with the events. */
-  #extend(request: ExtendRequest): Promise<Lock> {
-    const hooks = HOOKS.get(this);
-    const run = () =>
-      extend(this.#servers, this, request).then((lock) => {
-        if (this.#listened("extended")) {
-          this.dispatchEvent(new LockExtendedEvent(lock, request.lock));
-        }
-        return lock;
-      }, (error) => {
-        if (error instanceof LockLostError && this.#listened("lost")) {
-          this.dispatchEvent(new LockLostEvent(request.lock, error));
-        }
-        throw error;
-      });
-    return hooks === undefined ? run() : hooks.extend(request.lock, run);
-  }
-
-  #listened(type: string): boolean {
-    if (this.#listeners.size === 0) return false;
-    const set = this.#listeners.get(type);
-    return set !== undefined && set.size > 0;
-  }
-
-  /** Releases, through the hooks and with the event. */
-  #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
-    const hooks = HOOKS.get(this);
-    if (hooks === undefined) return this.#releaseNow(lock, settings);
-    return hooks.release(lock, () => this.#releaseNow(lock, settings));
-  }
-
-  /** One round of RELEASE: settles on a quorum. */
-  #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
-    const keys = lock.resources;
-    const call = releaseCall(keys, lock.value, { reservation: settings.requestTimeout });
-    const releasing = this.#servers.release(
-      this.#servers.sender(RELEASE, call),
-      settings.requestTimeout,
-      keys,
-    );
-    if (!this.#listened("released")) return releasing;
-    return releasing.then((result) => {
-      this.dispatchEvent(new LockReleasedEvent(lock));
-      return result;
-    });
+  /** Releases through the hooks, with the event. */
+  #release(lock: Lock, requestTimeout: number): Promise<ExecutionResult> {
+    const { lifecycle, servers } = this.#context;
+    return lifecycle.release(lock, () => release(servers, lock, requestTimeout));
   }
 
   #inspect(
@@ -796,17 +614,8 @@ export class Redlock extends EventTarget implements LockOwner {
     what: string,
     everyServer = false,
   ): Promise<number | null> {
-    const opts = checkCallOptions(options, KNOWN.inspect);
-    const settings = checkSettings(opts, this.#settings, "options");
-    this.#servers.checkSlots(keys);
-    return inspect(this.#servers, {
-      keys,
-      value,
-      settings,
-      signal: opts.signal,
-      what,
-      everyServer,
-    });
+    const request = checkInspect(this.#context, options, { keys, value, what, everyServer });
+    return inspect(this.#context.servers, request);
   }
 
   /**
@@ -861,8 +670,7 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```
    */
   readWriteLock(name: string): ReadWriteLock {
-    this.#shareContext();
-    return new ReadWriteLock(this, name);
+    return new ReadWriteLock(this.#context, name);
   }
 
   /**
@@ -883,27 +691,6 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```
    */
   semaphore(name: string, options: SemaphoreOptions): Semaphore {
-    this.#shareContext();
-    return new Semaphore(this, name, options);
-  }
-
-  /** Lets the handles this Redlock makes use its servers, waiters and settings. */
-  #shareContext(): void {
-    if (CONTEXTS.has(this)) return;
-    CONTEXTS.set(this, {
-      servers: this.#servers,
-      waiters: this.#waiters,
-      settings: this.#settings,
-      redlock: this,
-      nextValue: (lease) => this.#nextValue(lease),
-    });
-  }
-
-  /**
-   * A new lock value: the Redlock's id (naming its wake channel), a count,
-   * and the lease a release hands the key over for (0: reserve it only).
-   */
-  #nextValue(lease: number): string {
-    return lockValue(this.#id, ++this.#acquires, lease);
+    return new Semaphore(this.#context, name, options);
   }
 }

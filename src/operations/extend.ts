@@ -8,7 +8,8 @@ import { EXTEND, extendCall, FENCE, fenceCall } from "../protocol/scripts.ts";
 import { type Send, type Servers, show } from "../quorum/servers.ts";
 import { round } from "../quorum/round.ts";
 import { retryWait, type Settings } from "../api/settings.ts";
-import { delay } from "../util/delay.ts";
+import { deadline, delay } from "../util/delay.ts";
+import type { LockContext } from "../api/lock_context.ts";
 import { now, validUntil } from "../util/time.ts";
 
 /** One extension's checked arguments. */
@@ -19,24 +20,37 @@ export interface ExtendRequest {
   /** False to take keys of the lock that expired again when they are free. */
   readonly onlyIfLocked: boolean;
   readonly signal: AbortSignal | undefined;
+  /** ms the whole extension may take (the caller's `timeout`). */
+  readonly timeout?: number | undefined;
+  /** What the new lock is owned by (the Redlock, or the handle that made it). */
+  readonly owner: LockOwner;
+  /** Asks one server; its reply is a vote, as EXTEND's. By default EXTEND of the lock's keys. */
+  readonly send?: Send | undefined;
+}
+
+/**
+ * Extends a lock through the hooks installed on the Redlock and with its
+ * `"extended"` or `"lost"` event, within `request.timeout`.
+ */
+export function extendLock(context: LockContext, request: ExtendRequest): Promise<Lock> {
+  return context.lifecycle.extend(request.lock, async () => {
+    const { signal, dispose } = deadline(request.signal, request.timeout);
+    try {
+      return await extend(context.servers, { ...request, signal });
+    } finally {
+      dispose();
+    }
+  });
 }
 
 /**
  * Extends a lock to `duration` ms from the start of the successful attempt,
  * retrying as the settings say; the new lock has the same value and token.
- * `send` asks one server (by default EXTEND on the lock's resources); its
- * reply is a vote, as EXTEND's.
  */
-export async function extend(
-  servers: Servers,
-  owner: LockOwner,
-  request: ExtendRequest,
-  send: Send = servers.sender(
-    EXTEND,
-    extendCall(request.lock.resources, request.lock.value, request.duration, request.onlyIfLocked),
-  ),
-): Promise<Lock> {
-  const { lock, duration, settings, onlyIfLocked, signal } = request;
+export async function extend(servers: Servers, request: ExtendRequest): Promise<Lock> {
+  const { lock, duration, settings, onlyIfLocked, signal, owner } = request;
+  const send = request.send ??
+    servers.sender(EXTEND, extendCall(lock.resources, lock.value, duration, onlyIfLocked));
   signal?.throwIfAborted();
   const attempts: ExecutionStats[] = [];
   const what = `extend of ${show(lock.resources)}`;
