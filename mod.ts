@@ -27,6 +27,7 @@
  */
 
 export { Redlock, Redlock as default, type RedlockSummary } from "./src/api/redlock.ts";
+export { RedlockEvents } from "./src/api/redlock_events.ts";
 export { ReadWriteLock, type ReadWriteMode } from "./src/primitives/read_write.ts";
 export {
   MAX_PERMITS,

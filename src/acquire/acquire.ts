@@ -6,6 +6,7 @@
  * @module
  */
 
+import { ResourceLockedError } from "../api/errors.ts";
 import type { LockContext } from "../api/lock_context.ts";
 import type { Lock } from "../api/lock.ts";
 import { ACQUIRE, acquireCall, NO_SEAT } from "../protocol/scripts.ts";
@@ -25,6 +26,22 @@ export function acquireLock(context: LockContext, request: AcquireRequest): Prom
     const { signal, dispose } = deadline(request.signal, request.timeout);
     return acquire(context, { ...request, signal }).finally(dispose);
   });
+}
+
+/** {@linkcode acquireLock} with one attempt: null when another holder has the resource. */
+export async function tryAcquireLock(
+  context: LockContext,
+  request: AcquireRequest,
+): Promise<Lock | null> {
+  try {
+    return await acquireLock(context, {
+      ...request,
+      settings: { ...request.settings, retryCount: 0 },
+    });
+  } catch (error) {
+    if (error instanceof ResourceLockedError) return null;
+    throw error;
+  }
 }
 
 /**

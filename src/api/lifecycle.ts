@@ -8,7 +8,6 @@
 
 import type { ExecutionResult } from "./errors.ts";
 import { LockLostError } from "./errors.ts";
-import { RedlockErrorEvent } from "./error_event.ts";
 import {
   LockAcquiredEvent,
   LockExtendedEvent,
@@ -17,19 +16,23 @@ import {
 } from "./events.ts";
 import { HOOKS } from "./hooks.ts";
 import type { Lock } from "./lock.ts";
-import { Listeners } from "./listeners.ts";
+import type { Listeners } from "./listeners.ts";
 import { wasHandedOver } from "../acquire/handover.ts";
 import { now } from "../util/time.ts";
 
 /** The hooks and events of one Redlock's operations. */
 export class Lifecycle {
-  /** Who listens for the Redlock's events. */
-  readonly listeners: Listeners = new Listeners();
   readonly #target: EventTarget;
+  /** Who listens for the target's events. */
+  readonly #listeners: Listeners;
 
-  /** @param target The Redlock: it dispatches the events, and hooks are installed on it. */
-  constructor(target: EventTarget) {
+  /**
+   * @param target The Redlock: it dispatches the events, and hooks are installed on it.
+   * @param listeners Who listens for its events.
+   */
+  constructor(target: EventTarget, listeners: Listeners) {
     this.#target = target;
+    this.#listeners = listeners;
   }
 
   /**
@@ -47,7 +50,7 @@ export class Lifecycle {
   }
 
   #acquired(run: () => Promise<Lock>): Promise<Lock> {
-    if (!this.listeners.has("acquired")) return run();
+    if (!this.#listeners.has("acquired")) return run();
     const start = now();
     return run().then((lock) => {
       const waited = now() - start;
@@ -63,12 +66,12 @@ export class Lifecycle {
     const hooks = HOOKS.get(this.#target);
     const observed = () =>
       run().then((next) => {
-        if (this.listeners.has("extended")) {
+        if (this.#listeners.has("extended")) {
           this.#target.dispatchEvent(new LockExtendedEvent(next, lock));
         }
         return next;
       }, (error) => {
-        if (error instanceof LockLostError && this.listeners.has("lost")) {
+        if (error instanceof LockLostError && this.#listeners.has("lost")) {
           this.#target.dispatchEvent(new LockLostEvent(lock, error));
         }
         throw error;
@@ -81,18 +84,12 @@ export class Lifecycle {
     const hooks = HOOKS.get(this.#target);
     const observed = () => {
       const releasing = run();
-      if (!this.listeners.has("released")) return releasing;
+      if (!this.#listeners.has("released")) return releasing;
       return releasing.then((result) => {
         this.#target.dispatchEvent(new LockReleasedEvent(lock));
         return result;
       });
     };
     return hooks === undefined ? observed() : hooks.release(lock, observed);
-  }
-
-  /** Dispatches an error of a whole operation (not one server) as an `"error"` event. */
-  reportError(error: unknown): void {
-    const e = error instanceof Error ? error : new Error(String(error), { cause: error });
-    this.#target.dispatchEvent(new RedlockErrorEvent(e, -1, this.#target));
   }
 }

@@ -8,10 +8,9 @@
 
 import type { RedisClient } from "../clients/clients.ts";
 import type { ExecutionResult } from "./errors.ts";
-import type { RedlockErrorEvent } from "./error_event.ts";
-import type { RedlockEventMap } from "./events.ts";
 import { checkLock, type Lock, type LockOwner } from "./lock.ts";
-import { on, type OnListener } from "./listeners.ts";
+import { RedlockEvents } from "./redlock_events.ts";
+import { showSummary } from "./summary.ts";
 import type {
   AcquireOptions,
   ExtendOptions,
@@ -23,20 +22,19 @@ import type {
 } from "./options.ts";
 import { RedlockContext } from "./redlock_context.ts";
 import type { UsingRoutine } from "./routine.ts";
-import { checkCallOptions, checkSettings, KNOWN, releaseSettings } from "./settings.ts";
-import { acquireLock } from "../acquire/acquire.ts";
+import { KNOWN, releaseSettings } from "./settings.ts";
+import { acquireLock, tryAcquireLock } from "../acquire/acquire.ts";
 import { checkAcquire } from "../acquire/request.ts";
 import { extensionThreshold } from "../operations/auto_extend.ts";
-import { extendLock } from "../operations/extend.ts";
-import { checkInspect, inspect } from "../operations/inspect.ts";
-import { release } from "../operations/release.ts";
-import { using, usingArguments } from "../operations/using.ts";
+import { checkExtend, extendLock } from "../operations/extend.ts";
+import { inspectFor } from "../operations/inspect.ts";
+import { releaseLock } from "../operations/release.ts";
+import { plainPlan, using, usingArguments } from "../operations/using.ts";
 import { lead, type LeadOptions, type LeadRoutine } from "../primitives/lead.ts";
 import { ReadWriteLock } from "../primitives/read_write.ts";
 import { Semaphore, type SemaphoreOptions } from "../primitives/semaphore.ts";
 import { show } from "../quorum/servers.ts";
-import { ResourceLockedError } from "./errors.ts";
-import { checkDuration, checkResource } from "../util/validate.ts";
+import { checkResource } from "../util/validate.ts";
 
 /** What a Redlock shows of itself in logs: never its clients. */
 export interface RedlockSummary {
@@ -68,7 +66,7 @@ export interface RedlockSummary {
  * // … only one process at a time gets here …
  * ```
  */
-export class Redlock extends EventTarget implements LockOwner {
+export class Redlock extends RedlockEvents implements LockOwner {
   /** The clients, as given to the constructor. */
   readonly clients: readonly RedisClient[];
   /** The settings in force, defaults filled in. */
@@ -91,10 +89,8 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redis } from "npm:ioredis";
    * import { Redlock } from "@x/redlock";
-   * const redlock = new Redlock(
-   *   [new Redis(6379), new Redis(6380), new Redis(6381)],
-   *   { retryCount: 3, retryDelay: 100 },
-   * );
+   * const servers = [new Redis(6379), new Redis(6380), new Redis(6381)];
+   * const redlock = new Redlock(servers, { retryCount: 3, retryDelay: 100 });
    * ```
    */
   constructor(clients: readonly RedisClient[], options?: RedlockInit) {
@@ -107,8 +103,8 @@ export class Redlock extends EventTarget implements LockOwner {
   }
 
   /**
-   * Closes the subscriber connections of release-notified waiting (they are
-   * also closed 100 ms after the last wait ends). The Redlock stays usable.
+   * Closes the subscriber connections of release-notified waiting (also
+   * closed 100 ms after the last wait). The Redlock stays usable.
    *
    * @returns A promise that settles once they are closed.
    *
@@ -143,10 +139,8 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.acquire(["{game42}:board", "{game42}:turn"], 10_000, {
-   *   timeout: 2_000,
-   * });
-   * await lock.release();
+   * const board = ["{game42}:board", "{game42}:turn"];
+   * await using _ = await redlock.acquire(board, 10_000, { timeout: 2_000 });
    * ```
    */
   acquire(
@@ -178,11 +172,8 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.tryAcquire("cron:nightly", 60_000);
-   * if (lock) {
-   *   await using _ = lock;
-   *   // run the job
-   * }
+   * await using lock = await redlock.tryAcquire("cron:nightly", 60_000);
+   * if (lock) console.log("running the job");
    * ```
    */
   async tryAcquire(
@@ -191,15 +182,7 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: AcquireOptions,
   ): Promise<Lock | null> {
     const request = checkAcquire(this.#context, resources, duration, options, KNOWN.acquire);
-    try {
-      return await acquireLock(this.#context, {
-        ...request,
-        settings: { ...request.settings, retryCount: 0 },
-      });
-    } catch (error) {
-      if (error instanceof ResourceLockedError) return null;
-      throw error;
-    }
+    return await tryAcquireLock(this.#context, request);
   }
 
   /**
@@ -216,8 +199,7 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.acquire("a", 1_000);
-   * await redlock.release(lock);
+   * await redlock.release(await redlock.acquire("a", 1_000));
    * ```
    */
   release(lock: Lock, options?: ReleaseOptions): Promise<ExecutionResult> {
@@ -228,7 +210,7 @@ export class Redlock extends EventTarget implements LockOwner {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#release(lock, timeout);
+    return releaseLock(this.#context, lock, timeout);
   }
 
   /**
@@ -254,28 +236,14 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```
    */
   async extend(lock: Lock, duration: number, options?: ExtendOptions): Promise<Lock> {
-    checkLock(lock);
-    checkDuration(duration);
-    const opts = checkCallOptions(options, KNOWN.extend);
-    const settings = checkSettings(opts, this.#context.settings, "options");
-    const onlyIfLocked = opts.onlyIfLocked ?? true;
-    const { signal, timeout } = opts;
-    return await extendLock(this.#context, {
-      lock,
-      duration,
-      settings,
-      onlyIfLocked,
-      signal,
-      timeout,
-      owner: this,
-    });
+    const request = checkExtend(this.#context, lock, duration, options, KNOWN.extend);
+    return await extendLock(this.#context, { ...request, owner: this });
   }
 
   /**
    * Acquires a lock, runs `routine` while extending the lock automatically,
-   * and releases it when the routine settles. When an extension fails and
-   * the lock can no longer be valid, the routine's signal aborts with a
-   * {@linkcode LockLostError}; the routine decides what to do.
+   * and releases it when the routine settles. The routine's signal aborts
+   * with a {@linkcode LockLostError} once the lock can no longer be valid.
    *
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
@@ -301,8 +269,7 @@ export class Redlock extends EventTarget implements LockOwner {
     routine: UsingRoutine<T>,
   ): Promise<T>;
   /**
-   * Acquires a lock with `options`, runs `routine` while extending the lock
-   * automatically, and releases it when the routine settles.
+   * Acquires a lock with `options`, then as {@linkcode Redlock.using} does.
    *
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
@@ -339,18 +306,9 @@ export class Redlock extends EventTarget implements LockOwner {
       optionsOrRoutine,
       maybeRoutine,
     );
-    const context = this.#context;
-    const request = checkAcquire(context, resources, duration, options, KNOWN.using);
-    const { settings } = request;
-    const extending = { duration, settings: { ...settings, retryCount: -1 }, onlyIfLocked: true };
-    return await using(routine, {
-      threshold: extensionThreshold(settings, duration),
-      signal: options?.signal,
-      acquire: () => acquireLock(context, request),
-      extend: (lock, signal) => extendLock(context, { ...extending, lock, signal, owner: this }),
-      release: (lock) => this.#release(lock, settings.requestTimeout),
-      report: (error) => this.reportError(error),
-    });
+    const request = checkAcquire(this.#context, resources, duration, options, KNOWN.using);
+    const threshold = extensionThreshold(request.settings, duration);
+    return await using(routine, plainPlan(this.#context, request, this, threshold));
   }
 
   /**
@@ -371,7 +329,9 @@ export class Redlock extends EventTarget implements LockOwner {
    */
   async isLocked(resource: string, options?: InspectOptions): Promise<boolean> {
     const keys = [checkResource(resource, "resource")];
-    return await this.#inspect(keys, "", options, `isLocked(${show(keys)})`) !== null;
+    const what = `isLocked(${show(keys)})`;
+    const question = { keys, value: "", what, everyServer: false };
+    return await inspectFor(this.#context, question, options) !== null;
   }
 
   /**
@@ -394,7 +354,13 @@ export class Redlock extends EventTarget implements LockOwner {
   async isValid(lock: Lock, options?: InspectOptions): Promise<boolean> {
     checkLock(lock);
     if (lock.remainingTime <= 0) return false;
-    const ttl = await this.#inspect(lock.resources, lock.value, options, "isValid(lock)");
+    const question = {
+      keys: lock.resources,
+      value: lock.value,
+      what: "isValid(lock)",
+      everyServer: false,
+    };
+    const ttl = await inspectFor(this.#context, question, options);
     return ttl !== null && lock.remainingTime > 0;
   }
 
@@ -418,7 +384,9 @@ export class Redlock extends EventTarget implements LockOwner {
    */
   remainingTtl(lock: Lock, options?: InspectOptions): Promise<number | null> {
     checkLock(lock);
-    return this.#inspect(lock.resources, lock.value, options, "remainingTtl(lock)", true);
+    const what = "remainingTtl(lock)";
+    const question = { keys: lock.resources, value: lock.value, what, everyServer: true };
+    return inspectFor(this.#context, question, options);
   }
 
   /**
@@ -440,107 +408,14 @@ export class Redlock extends EventTarget implements LockOwner {
    */
   remainingTtlForResource(resource: string, options?: InspectOptions): Promise<number | null> {
     const keys = [checkResource(resource, "resource")];
-    return this.#inspect(keys, "", options, `remainingTtlForResource(${show(keys)})`, true);
+    const what = `remainingTtlForResource(${show(keys)})`;
+    return inspectFor(this.#context, { keys, value: "", what, everyServer: true }, options);
   }
 
   /**
-   * Listens for `"error"` events and hands `listener` the error itself.
-   *
-   * @param type The event type: `"error"`.
-   * @param listener Called with each error and its event.
-   * @returns A function that removes the listener.
-   * @throws {TypeError} When `type` is no event of a Redlock or `listener` is no function.
-   *
-   * @example Logging
-   * ```ts no-eval
-   * import { Redlock } from "@x/redlock";
-   * declare const redlock: Redlock;
-   * const off = redlock.on("error", (error) => console.warn(error.message));
-   * off();
-   * ```
-   */
-  on(type: "error", listener: (error: Error, event: RedlockErrorEvent) => void): () => void;
-  /**
-   * Listens for a lifecycle event: `"acquired"`, `"released"`, `"extended"`
-   * or `"lost"` (see {@linkcode RedlockEventMap}).
-   *
-   * @param type The event type.
-   * @param listener Called with each event.
-   * @returns A function that removes the listener.
-   * @throws {TypeError} When `type` is no event of a Redlock or `listener` is no function.
-   *
-   * @example Measuring waits
-   * ```ts no-eval
-   * import { Redlock } from "@x/redlock";
-   * declare const redlock: Redlock;
-   * redlock.on("acquired", (event) => console.log(event.waited, event.attempts));
-   * ```
-   */
-  on<K extends Exclude<keyof RedlockEventMap, "error">>(
-    type: K,
-    listener: (event: RedlockEventMap[K]) => void,
-  ): () => void;
-  on(
-    type: keyof RedlockEventMap,
-    listener: ((error: Error, event: RedlockErrorEvent) => void) | ((event: Event) => void),
-  ): () => void {
-    return on(this, type, listener as OnListener);
-  }
-
-  /**
-   * Adds an event listener, as on any `EventTarget`; see
-   * {@linkcode RedlockEventMap} for the events.
-   *
-   * @param type The event type.
-   * @param listener The listener.
-   * @param options The standard listener options.
-   */
-  override addEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | AddEventListenerOptions,
-  ): void {
-    super.addEventListener(type, listener, options);
-    this.#context.lifecycle.listeners.added(type, listener);
-  }
-
-  /**
-   * Removes an event listener, as on any `EventTarget`.
-   *
-   * @param type The event type.
-   * @param listener The listener.
-   * @param options The standard listener options.
-   */
-  override removeEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | EventListenerOptions,
-  ): void {
-    super.removeEventListener(type, listener, options);
-    this.#context.lifecycle.listeners.removed(type, listener);
-  }
-
-  /**
-   * Dispatches an error that concerns a whole operation (not one server) as
-   * an `"error"` event with `server` −1; used where throwing would hide a
-   * more important result, e.g. a failed release after `using()`.
-   *
-   * @param error The error.
-   *
-   * @example Reporting
-   * ```ts no-eval
-   * import { Redlock } from "@x/redlock";
-   * declare const redlock: Redlock;
-   * redlock.reportError(new Error("cleanup failed"));
-   * ```
-   */
-  reportError(error: unknown): void {
-    this.#context.lifecycle.reportError(error);
-  }
-
-  /**
-   * What the Redlock shows in logs: how many servers, the quorum and the
-   * settings, never its clients (their options may hold passwords).
+   * What the Redlock shows in logs (also in `Deno.inspect` and Node's
+   * `util.inspect`): how many servers, the quorum and the settings, never
+   * its clients (their options may hold passwords).
    *
    * @returns A plain summary.
    *
@@ -572,59 +447,8 @@ export class Redlock extends EventTarget implements LockOwner {
   }
 
   /**
-   * How `Deno.inspect` and `console.log` show the Redlock: its summary.
-   *
-   * @param inspect Deno's inspect function.
-   * @param options Deno's inspect options.
-   * @returns The summary, inspected.
-   */
-  [Symbol.for("Deno.customInspect")](
-    inspect: (value: unknown, options: unknown) => string,
-    options: unknown,
-  ): string {
-    return `Redlock ${inspect(this.toJSON(), options)}`;
-  }
-
-  /**
-   * How Node's `util.inspect` and `console.log` show the Redlock: its summary.
-   *
-   * @param _depth Node's current depth.
-   * @param options Node's inspect options.
-   * @param inspect Node's inspect function.
-   * @returns The summary, inspected.
-   */
-  [Symbol.for("nodejs.util.inspect.custom")](
-    _depth: number,
-    options: unknown,
-    inspect: (value: unknown, options: unknown) => string,
-  ): string {
-    return `Redlock ${inspect(this.toJSON(), options)}`;
-  }
-
-  /** Releases through the hooks, with the event. */
-  #release(lock: Lock, requestTimeout: number): Promise<ExecutionResult> {
-    const { lifecycle, servers } = this.#context;
-    return lifecycle.release(lock, () => release(servers, lock, requestTimeout));
-  }
-
-  #inspect(
-    keys: readonly string[],
-    value: string,
-    options: InspectOptions | undefined,
-    what: string,
-    everyServer = false,
-  ): Promise<number | null> {
-    const request = checkInspect(this.#context, options, { keys, value, what, everyServer });
-    return inspect(this.#context.servers, request);
-  }
-
-  /**
-   * Campaigns for leadership of `name` until `options.signal` aborts: waits
-   * for the lock (woken by its release), runs `routine` while holding it with
-   * automatic extension, then releases it and campaigns again. The routine's
-   * signal aborts with a {@linkcode LockLostError} when leadership is lost; a
-   * routine's error is an `"error"` event, and campaigning goes on after a
-   * backoff. See {@linkcode lead}.
+   * Campaigns for leadership of `name` until `options.signal` aborts, and
+   * runs `routine` while it leads; see {@linkcode lead}.
    *
    * @param name The name of the leadership (one Redis key).
    * @param duration The lease in ms, renewed before it ends.
@@ -640,12 +464,10 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const shutdown = new AbortController();
-   * Deno.addSignalListener("SIGINT", () => shutdown.abort());
-   * await redlock.lead("scheduler", 10_000, async (signal, { term }) => {
-   *   console.log(`leading in term ${term}`);
-   *   await new Promise((resolve) => signal.addEventListener("abort", resolve));
-   * }, { signal: shutdown.signal });
+   * declare const shutdown: AbortSignal;
+   * await redlock.lead("scheduler", 10_000, (signal, { term }) => {
+   *   console.log(`leading in term ${term}, until ${signal.aborted}`);
+   * }, { signal: shutdown });
    * ```
    */
   lead(name: string, duration: number, routine: LeadRoutine, options?: LeadOptions): Promise<void> {
@@ -694,3 +516,5 @@ export class Redlock extends EventTarget implements LockOwner {
     return new Semaphore(this.#context, name, options);
   }
 }
+
+showSummary(Redlock, "Redlock");

@@ -8,6 +8,7 @@
 
 import type { LockContext } from "./lock_context.ts";
 import { Lifecycle } from "./lifecycle.ts";
+import { listenersOf, type RedlockEvents } from "./redlock_events.ts";
 import type { LockOwner } from "./lock.ts";
 import type { RedlockInit } from "./options.ts";
 import {
@@ -42,7 +43,7 @@ export class RedlockContext implements LockContext {
   constructor(
     clients: readonly RedisClient[],
     options: RedlockInit | undefined,
-    redlock: EventTarget & LockOwner,
+    redlock: RedlockEvents & LockOwner,
   ) {
     checkClients(clients);
     if (options !== undefined) checkKeys(options, KNOWN.redlock, "options");
@@ -56,7 +57,7 @@ export class RedlockContext implements LockContext {
     }
     this.waiters = new Waiters(this.#id, this.servers.members, factory, this.servers.emit);
     this.owner = redlock;
-    this.lifecycle = new Lifecycle(redlock);
+    this.lifecycle = new Lifecycle(redlock, listenersOf(redlock));
   }
 
   nextValue(lease: number): string {

@@ -3,11 +3,13 @@
  */
 
 import { ExecutionError, type ExecutionStats, LockLostError } from "../api/errors.ts";
-import { Lock, type LockOwner } from "../api/lock.ts";
+import { checkLock, Lock, type LockOwner } from "../api/lock.ts";
+import type { ExtendOptions } from "../api/options.ts";
+import { checkDuration } from "../util/validate.ts";
 import { EXTEND, extendCall, FENCE, fenceCall } from "../protocol/scripts.ts";
 import { type Send, type Servers, show } from "../quorum/servers.ts";
 import { round } from "../quorum/round.ts";
-import { retryWait, type Settings } from "../api/settings.ts";
+import { checkCallOptions, checkSettings, retryWait, type Settings } from "../api/settings.ts";
 import { deadline, delay } from "../util/delay.ts";
 import type { LockContext } from "../api/lock_context.ts";
 import { now, validUntil } from "../util/time.ts";
@@ -26,6 +28,22 @@ export interface ExtendRequest {
   readonly owner: LockOwner;
   /** Asks one server; its reply is a vote, as EXTEND's. By default EXTEND of the lock's keys. */
   readonly send?: Send | undefined;
+}
+
+/** Checks an extension's arguments before any request; `known` are the option names. */
+export function checkExtend(
+  context: LockContext,
+  lock: Lock,
+  duration: unknown,
+  options: ExtendOptions | undefined,
+  known: ReadonlySet<string>,
+): Omit<ExtendRequest, "owner"> {
+  checkLock(lock);
+  const ms = checkDuration(duration);
+  const opts = checkCallOptions(options, known);
+  const settings = checkSettings(opts, context.settings, "options");
+  const { signal, timeout } = opts;
+  return { lock, duration: ms, settings, onlyIfLocked: opts.onlyIfLocked ?? true, signal, timeout };
 }
 
 /**

@@ -25,6 +25,15 @@ export interface InspectRequest {
   readonly everyServer: boolean;
 }
 
+/** {@linkcode inspect} of `question`, its options checked before any request. */
+export function inspectFor(
+  context: LockContext,
+  question: Pick<InspectRequest, "keys" | "value" | "what" | "everyServer">,
+  options: InspectOptions | undefined,
+): Promise<number | null> {
+  return inspect(context.servers, checkInspect(context, options, question));
+}
+
 /**
  * Checks the options of an inspection of `question.keys` before any
  * request, and makes its request.

@@ -6,7 +6,12 @@
  * @module
  */
 
-import type { Lock } from "../api/lock.ts";
+import type { Lock, LockOwner } from "../api/lock.ts";
+import type { LockContext } from "../api/lock_context.ts";
+import { acquireLock } from "../acquire/acquire.ts";
+import type { AcquireRequest } from "../acquire/request.ts";
+import { extendLock } from "./extend.ts";
+import { releaseLock } from "./release.ts";
 import type { UsingRoutine } from "../api/routine.ts";
 import { AutoExtension } from "./auto_extend.ts";
 import { describeValue } from "../util/validate.ts";
@@ -25,6 +30,28 @@ export interface UsingPlan {
   release(lock: Lock): Promise<unknown>;
   /** Reports a failed release (the routine's result matters more). */
   report(error: unknown): void;
+}
+
+/**
+ * The plan of a plain lock's `using()`: acquired as `request` says, extended
+ * by the same settings (retrying until the lock is lost), owned by `owner`.
+ */
+export function plainPlan(
+  context: LockContext,
+  request: AcquireRequest,
+  owner: LockOwner,
+  threshold: number,
+): UsingPlan {
+  const { duration, settings } = request;
+  const extending = { duration, settings: { ...settings, retryCount: -1 }, onlyIfLocked: true };
+  return {
+    threshold,
+    signal: request.signal,
+    acquire: () => acquireLock(context, request),
+    extend: (lock, signal) => extendLock(context, { ...extending, lock, signal, owner }),
+    release: (lock) => releaseLock(context, lock, settings.requestTimeout),
+    report: (error) => owner.reportError(error),
+  };
 }
 
 /**

@@ -360,7 +360,7 @@ export class ReadWriteLock implements LockOwner {
    * @param error The error.
    */
   reportError(error: unknown): void {
-    this.#context.lifecycle.reportError(error);
+    this.#context.owner.reportError(error);
   }
 
   /**

@@ -267,7 +267,7 @@ export class Semaphore {
         extendLock(context, { ...extending, lock, signal, owner: context.owner }),
       // Through the permit, which then counts as released.
       release: (lock) => lock.release({ requestTimeout: settings.requestTimeout }),
-      report: (error) => context.lifecycle.reportError(error),
+      report: (error) => context.owner.reportError(error),
     });
   }
 
