@@ -6,6 +6,7 @@
  * @module
  */
 
+import { withRetryCount } from "../operations/retry.ts";
 import { ResourceLockedError } from "../api/errors.ts";
 import type { LockContext } from "../api/lock_context.ts";
 import type { Lock } from "../api/lock.ts";
@@ -36,7 +37,7 @@ export async function tryAcquireLock(
   try {
     return await acquireLock(context, {
       ...request,
-      settings: { ...request.settings, retryCount: 0 },
+      settings: withRetryCount(request.settings, 0),
     });
   } catch (error) {
     if (error instanceof ResourceLockedError) return null;

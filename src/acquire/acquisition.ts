@@ -6,7 +6,6 @@
  * @module
  */
 
-import { ExecutionError, ResourceLockedError } from "../api/errors.ts";
 import type { LockContext } from "../api/lock_context.ts";
 import type { Lock } from "../api/lock.ts";
 import {
@@ -34,7 +33,7 @@ import {
   terms,
 } from "./request.ts";
 import { fence } from "../operations/extend.ts";
-import { retryWait } from "../api/settings.ts";
+import { giveUpError, mayRetry, RETRY_FOREVER, retryWait } from "../operations/retry.ts";
 import { delay, within } from "../util/delay.ts";
 import { now, validUntil } from "../util/time.ts";
 
@@ -94,7 +93,7 @@ export class Acquisition implements Sleeper {
     this.#context = context;
     this.#request = request;
     this.#attempts = new AttemptLog(context.servers.members.length, context.servers.quorum);
-    this.#allowance = request.settings.retryCount === -1 ? Infinity : 0;
+    this.#allowance = request.settings.retryCount === RETRY_FOREVER ? Infinity : 0;
     this.#setIfAbsent = takesBySet(this.#servers, request);
   }
 
@@ -130,8 +129,7 @@ export class Acquisition implements Sleeper {
         const lock = await this.#grant(start, ballot);
         if (lock !== undefined) return this.#end(lock);
         const taken = this.#partial(ballot);
-        const { retryCount } = this.#request.settings;
-        if (retryCount !== -1 && n > retryCount) return await this.#giveUp(ballot, taken);
+        if (!mayRetry(this.#request.settings, n)) return await this.#giveUp(ballot, taken);
         this.#undo(taken, ballot);
         const next = await this.#wait(n, start, ballot);
         if (next === NAPPING) return;
@@ -293,15 +291,12 @@ export class Acquisition implements Sleeper {
       settings.requestTimeout,
     );
     this.#queued = false;
-    // Another holder kept it unless server errors alone made a quorum impossible.
-    const { votesAgainst } = ballot.stats;
-    const errors = votesAgainst.size - votesAgainst.conflicts;
-    const held = votesAgainst.conflicts > 0 &&
-      errors <= servers.members.length - servers.quorum;
-    const message = `acquire of ${show(keys)} failed`;
-    throw held
-      ? new ResourceLockedError(`${message}: held by another lock`, this.#attempts.list())
-      : new ExecutionError(message, this.#attempts.list());
+    throw giveUpError(`acquire of ${show(keys)}`, {
+      holder: "another lock",
+      last: ballot.stats.votesAgainst,
+      servers,
+      attempts: this.#attempts.list(),
+    });
   }
 
   /**

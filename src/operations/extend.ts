@@ -9,7 +9,8 @@ import { checkDuration } from "../util/validate.ts";
 import { EXTEND, extendCall, FENCE, fenceCall } from "../protocol/scripts.ts";
 import { type Send, type Servers, show } from "../quorum/servers.ts";
 import { round } from "../quorum/round.ts";
-import { checkCallOptions, checkSettings, retryWait, type Settings } from "../api/settings.ts";
+import { checkCallOptions, checkSettings, type Settings } from "../api/settings.ts";
+import { mayRetry, retryWait } from "./retry.ts";
 import { deadline, delay } from "../util/delay.ts";
 import type { LockContext } from "../api/lock_context.ts";
 import { now, validUntil } from "../util/time.ts";
@@ -93,8 +94,7 @@ export async function extend(servers: Servers, request: ExtendRequest): Promise<
     if (ballot.stats.votesAgainst.conflicts > servers.members.length - servers.quorum) {
       throw new LockLostError(`${what} failed: the lock is no longer ours`, attempts);
     }
-    const { retryCount } = settings;
-    if (retryCount !== -1 && n > retryCount) {
+    if (!mayRetry(settings, n)) {
       throw new ExecutionError(`${what} failed`, attempts);
     }
     await delay(retryWait(settings, n), signal);

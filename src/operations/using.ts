@@ -6,6 +6,7 @@
  * @module
  */
 
+import { RETRY_FOREVER, withRetryCount } from "./retry.ts";
 import type { Lock, LockOwner } from "../api/lock.ts";
 import type { LockContext } from "../api/lock_context.ts";
 import { acquireLock } from "../acquire/acquire.ts";
@@ -43,7 +44,11 @@ export function plainPlan(
   threshold: number,
 ): UsingPlan {
   const { duration, settings } = request;
-  const extending = { duration, settings: { ...settings, retryCount: -1 }, onlyIfLocked: true };
+  const extending = {
+    duration,
+    settings: withRetryCount(settings, RETRY_FOREVER),
+    onlyIfLocked: true,
+  };
   return {
     threshold,
     signal: request.signal,

@@ -6,12 +6,13 @@
  * @module
  */
 
-import { ExecutionError, type ExecutionStats, ResourceLockedError } from "../api/errors.ts";
+import { ExecutionError, type ExecutionStats } from "../api/errors.ts";
 import type { Lock } from "../api/lock.ts";
 import type { LockContext } from "../api/lock_context.ts";
 import type { HandleAcquireOptions } from "../api/options.ts";
 import type { Waiters } from "../wait/waiters.ts";
-import { checkCallOptions, checkSettings, retryWait, type Settings } from "../api/settings.ts";
+import { checkCallOptions, checkSettings, type Settings } from "../api/settings.ts";
+import { giveUpError, mayRetry, retryWait, withRetryCount } from "../operations/retry.ts";
 import { deadline, delay } from "../util/delay.ts";
 import { checkDuration } from "../util/validate.ts";
 
@@ -45,7 +46,7 @@ export function checkRequest(
 
 /** `request` for exactly one attempt (tryRead, tryAcquire, …). */
 export function oneAttempt(request: HandleRequest): HandleRequest {
-  return { ...request, settings: { ...request.settings, retryCount: 0 } };
+  return { ...request, settings: withRetryCount(request.settings, 0) };
 }
 
 /** A failed attempt: its stats and what the servers said. */
@@ -138,17 +139,14 @@ export async function contend(
       if (!("stats" in outcome)) return outcome;
       attempts.push(outcome.stats);
       const { votesAgainst } = outcome.stats;
-      const { retryCount } = settings;
-      if (retryCount !== -1 && n > retryCount) {
+      if (!mayRetry(settings, n)) {
         await contender.abandon(outcome);
-        const errors = votesAgainst.size - votesAgainst.conflicts;
-        const { servers } = context;
-        const held = votesAgainst.conflicts > 0 &&
-          errors <= servers.members.length - servers.quorum;
-        const message = `acquire of ${contender.what} failed`;
-        throw held
-          ? new ResourceLockedError(`${message}: held by another holder`, attempts)
-          : new ExecutionError(message, attempts);
+        throw giveUpError(`acquire of ${contender.what}`, {
+          holder: "another holder",
+          last: votesAgainst,
+          servers: context.servers,
+          attempts,
+        });
       }
       if (notify && votesAgainst.conflicts > 0) {
         if (listening === undefined) {

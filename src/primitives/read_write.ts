@@ -5,6 +5,7 @@
  * @module
  */
 
+import { RETRY_FOREVER, withRetryCount } from "../operations/retry.ts";
 import { ExecutionError, type ExecutionResult, ResourceLockedError } from "../api/errors.ts";
 import { checkLock, Lock, type LockOwner } from "../api/lock.ts";
 import type {
@@ -254,7 +255,7 @@ export class ReadWriteLock implements LockOwner {
     );
     checkMode(mode);
     const request = checkRequest(this.#context, duration, options, KNOWN.handleUsing);
-    const settings = { ...request.settings, retryCount: -1 };
+    const settings = withRetryCount(request.settings, RETRY_FOREVER);
     return await using(routine, {
       threshold: extensionThreshold(request.settings, duration),
       signal: options?.signal,

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { RETRY_FOREVER, withRetryCount } from "../operations/retry.ts";
 import { type ExecutionStats, ResourceLockedError } from "../api/errors.ts";
 import { Lock } from "../api/lock.ts";
 import type { HandleAcquireOptions, HandleUsingOptions } from "../api/options.ts";
@@ -258,7 +259,11 @@ export class Semaphore {
     const context = this.#context;
     const request = checkRequest(context, duration, options, KNOWN.handleUsing);
     const { settings } = request;
-    const extending = { duration, settings: { ...settings, retryCount: -1 }, onlyIfLocked: true };
+    const extending = {
+      duration,
+      settings: withRetryCount(settings, RETRY_FOREVER),
+      onlyIfLocked: true,
+    };
     return await using(routine, {
       threshold: extensionThreshold(settings, duration),
       signal: options?.signal,
