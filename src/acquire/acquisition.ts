@@ -14,7 +14,7 @@ import {
   NO_SEAT,
   RELEASE_MODE,
   type ReleaseMode,
-  type Seat,
+  WATCHER_SEAT,
 } from "../protocol/scripts.ts";
 import { type Ballot, type Send, type Servers, show, type Vote } from "../quorum/servers.ts";
 import type { Listening, Sleeper } from "../wait/waiters.ts";
@@ -23,6 +23,8 @@ import { Conflict, VotesAgainst } from "../quorum/votes.ts";
 import { AttemptLog } from "./attempts.ts";
 import { holderTtl, setNx } from "./fast_path.ts";
 import { markHandedOver } from "./handover.ts";
+import { listeningOf, type Phase } from "./phase.ts";
+import { QueueSeat } from "./queue_seat.ts";
 import {
   abandon,
   type AcquireRequest,
@@ -62,24 +64,17 @@ export class Acquisition implements Sleeper {
   #reject!: (reason: unknown) => void;
   /** How many rounds this acquire sent (the lean first attempt's not counted). */
   #rounds = 0;
-  /** Where this acquire waits when a resource is held. */
-  #seat: Seat = NO_SEAT;
   /**
-   * Whether the next attempt sends a plain SET NX (see `#sender()`): while
-   * the one resource looks free and no fencing token is asked for.
+   * Where this acquire is (see {@linkcode Phase}); only the `to…()`
+   * methods change it. The wait queues may hold its value only while it is
+   * `queued`.
    */
-  #setIfAbsent: boolean;
-  /** Whether the wait queues may still hold this acquire's value. */
-  #queued = false;
-  #listening: Listening | undefined;
-  #granted = false;
+  #phase: Phase;
   /**
-   * Servers this acquire sent a release to, and whether it answered: what
-   * they hand it later may be gone (see `#join()`).
+   * Servers where this acquire undid what a failed attempt of its took, and
+   * whether they answered: what they hand it later may be gone (see `#join()`).
    */
-  #releasedTo: Map<number, Promise<boolean>> | undefined;
-  /** When the first attempt in the queue started: no server queued the value before. */
-  #queuedAt: number | undefined;
+  #undoneOn: Map<number, Promise<boolean>> | undefined;
   /** When the sleep in the queue began. */
   #napStart = 0;
   /**
@@ -94,7 +89,41 @@ export class Acquisition implements Sleeper {
     this.#request = request;
     this.#attempts = new AttemptLog(context.servers.members.length, context.servers.quorum);
     this.#allowance = request.settings.retryCount === RETRY_FOREVER ? Infinity : 0;
-    this.#setIfAbsent = takesBySet(this.#servers, request);
+    this.#phase = { kind: "trying", setNx: takesBySet(this.#servers, request) };
+  }
+
+  /** A key was found held: the next attempts send ACQUIRE, which tells the holder's TTL. */
+  #toHeld(): void {
+    const phase = this.#phase;
+    if (phase.kind === "trying" && phase.setNx) this.#phase = { ...phase, setNx: false };
+  }
+
+  /** A subscription no server confirmed: it stays trying, and does not ask again. */
+  #toUnheard(listening: Listening): void {
+    const phase = this.#phase;
+    if (phase.kind === "trying") this.#phase = { ...phase, listening };
+  }
+
+  /** Waits in the queue of its resource, with `seat`. */
+  #toQueued(seat: QueueSeat): void {
+    this.#phase = { kind: "queued", seat };
+  }
+
+  /** Watches its resources, woken by the releases `listening` hears. */
+  #toWatching(listening: Listening): void {
+    this.#phase = { kind: "watching", listening };
+  }
+
+  /** Has the lock. */
+  #toGranted(): void {
+    this.#phase = { kind: "granted", listening: listeningOf(this.#phase) };
+  }
+
+  /** Gave up or was aborted, and left (or is leaving) the queues. */
+  #toEnded(): void {
+    if (this.#phase.kind !== "granted") {
+      this.#phase = { kind: "ended", listening: listeningOf(this.#phase) };
+    }
   }
 
   get #servers(): Servers {
@@ -125,7 +154,7 @@ export class Acquisition implements Sleeper {
         first = undefined;
         this.#attempts.push(ballot.stats);
         const n = this.#attempts.length;
-        if (this.#seat.kind === "queued") this.#queuedAt ??= start;
+        if (this.#phase.kind === "queued") this.#phase.seat.attempted(start);
         const lock = await this.#grant(start, ballot);
         if (lock !== undefined) return this.#end(lock);
         const taken = this.#partial(ballot);
@@ -176,7 +205,8 @@ export class Acquisition implements Sleeper {
   #end(lock: Lock | undefined, error?: unknown): void {
     try {
       this.#leave(this.#servers.members);
-      this.#listening?.done();
+      this.#toEnded();
+      listeningOf(this.#phase)?.done();
     } catch (failure) {
       // Only a broken client throws here; the acquire settles all the same, and a lock it got
       // is let go rather than left to its lease.
@@ -195,7 +225,7 @@ export class Acquisition implements Sleeper {
     const start = now();
     const round = ++this.#rounds;
     // In the queue, a server that answers after the round settled is dealt with by `#late()`.
-    const late = this.#seat.kind === "queued"
+    const late = this.#phase.kind === "queued"
       ? (member: Member, vote: Vote | undefined, tally: Tally<Vote>) =>
         this.#late(member, vote, tally, round)
       : undefined;
@@ -211,7 +241,7 @@ export class Acquisition implements Sleeper {
       return kept({ start, ballot });
     } catch (error) {
       abandon(this.#servers, this.#request);
-      this.#queued = false;
+      this.#toEnded();
       throw error;
     }
   }
@@ -229,14 +259,12 @@ export class Acquisition implements Sleeper {
     // also those that had not answered (a release runs after the acquire on
     // its connection), keeping what they took.
     const { votesFor } = ballot.stats;
-    if (this.#queued) {
-      this.#leave(this.#servers.members.filter((m) => !votesFor.includes(m.index)), true);
-    }
+    this.#leave(this.#servers.members.filter((m) => !votesFor.includes(m.index)), true);
     return this.#lock(until, fencing ? ballot.token : undefined);
   }
 
   #lock(until: number, token: number | undefined): Lock {
-    this.#granted = true;
+    this.#toGranted();
     const log = this.#attempts;
     return newLock(this.#context.owner, this.#request, () => log.list(), until, token);
   }
@@ -248,7 +276,7 @@ export class Acquisition implements Sleeper {
    */
   #partial(ballot: Ballot): Member[] {
     const { votesFor, votesAgainst } = ballot.stats;
-    const queued = this.#seat.kind === "queued";
+    const queued = this.#phase.kind === "queued";
     return this.#servers.members.filter((m) =>
       !votesAgainst.isConflict(m.index) &&
       (!queued || votesFor.includes(m.index) || votesAgainst.has(m.index))
@@ -261,12 +289,12 @@ export class Acquisition implements Sleeper {
    */
   #undo(taken: readonly Member[], ballot: Ballot): void {
     const { votesFor, votesAgainst } = ballot.stats;
-    const mode = this.#seat.kind === "queued"
+    const mode = this.#phase.kind === "queued"
       ? this.#stayMode(votesFor.length, votesAgainst.conflicts)
       : RELEASE_MODE.release;
     const sent = this.#servers.quietly(this.#releaser(mode), taken);
-    if (taken.length > 0) this.#releasedTo ??= new Map();
-    taken.forEach((m, i) => this.#releasedTo!.set(m.index, sent[i]!));
+    if (taken.length > 0) this.#undoneOn ??= new Map();
+    taken.forEach((m, i) => this.#undoneOn!.set(m.index, sent[i]!));
   }
 
   /**
@@ -286,11 +314,11 @@ export class Acquisition implements Sleeper {
     const { keys, settings } = this.#request;
     const servers = this.#servers;
     await servers.everyAnswer(
-      this.#queued ? servers.members : taken,
+      this.#phase.kind === "queued" ? servers.members : taken,
       this.#releaser(RELEASE_MODE.release),
       settings.requestTimeout,
     );
-    this.#queued = false;
+    this.#toEnded();
     throw giveUpError(`acquire of ${show(keys)}`, {
       holder: "another lock",
       last: ballot.stats.votesAgainst,
@@ -313,7 +341,7 @@ export class Acquisition implements Sleeper {
   ): Promise<Lock | typeof NAPPING | undefined> {
     const { settings, signal } = this.#request;
     const conflicts = ballot.stats.votesAgainst.conflicts;
-    if (conflicts > 0) this.#setIfAbsent = false;
+    if (conflicts > 0) this.#toHeld();
     const sleep = retryWait(settings, n);
     this.#allowance += sleep;
     if (settings.wait === "notify" && conflicts > 0) {
@@ -321,17 +349,23 @@ export class Acquisition implements Sleeper {
         Number.isFinite(ballot.heldFor) ? ballot.heldFor + 1 : sleep,
         this.#allowance,
       );
+      const unseated = this.#phase.kind === "trying" && this.#phase.listening === undefined;
       if (queueable(this.#request)) {
-        if (this.#listening === undefined && await this.#join()) return undefined;
-        if (this.#seat.kind === "queued") {
-          const ms = Math.min(fallback, this.#recheck(ballot));
+        if (unseated && await this.#join()) return undefined;
+        const phase = this.#phase;
+        if (phase.kind === "queued") {
+          const ms = Math.min(
+            fallback,
+            phase.seat.recheck(ballot.heldFor, settings.requestTimeout, now()),
+          );
           this.#napStart = now();
-          return this.#listening!.sleep(start, ms, signal, this) ? NAPPING : this.#handoff();
+          return phase.seat.listening.sleep(start, ms, signal, this) ? NAPPING : this.#handoff();
         }
       } else {
-        if (this.#listening === undefined && await this.#watch()) return undefined;
-        if (this.#listening!.subscribed) {
-          await this.#sleep(start, fallback);
+        if (unseated && await this.#watch()) return undefined;
+        const phase = this.#phase;
+        if (phase.kind === "watching") {
+          await this.#sleep(phase.listening, start, fallback);
           return undefined;
         }
       }
@@ -341,27 +375,10 @@ export class Acquisition implements Sleeper {
     return undefined;
   }
 
-  /**
-   * ms a queued acquire sleeps, when no release wakes it, before it asks
-   * again: a key handed to (or reserved for) a waiter ahead that went away
-   * expires unannounced, and a wake message may be lost. It asks after a
-   * request timeout, then after as long as it has queued, up to half that
-   * again at random (so a long queue does not flood the servers, waiters
-   * that queued together do not ask together, and such a stall costs at
-   * most about the wait so far); with a key that never expires, whose queue
-   * outlives it by only a few request timeouts, always after one.
-   */
-  #recheck(ballot: Ballot): number {
-    const { requestTimeout } = this.#request.settings;
-    if (!Number.isFinite(ballot.heldFor)) return requestTimeout + 1;
-    const queuedFor = now() - (this.#queuedAt ?? Infinity);
-    return Math.max(requestTimeout, queuedFor) * (1 + Math.random() / 2) + 1;
-  }
-
   /** Sleeps until a release after `since` wakes it, at most `ms`; draws on the allowance. */
-  #sleep(since: number, ms: number): Promise<void> {
+  #sleep(listening: Listening, since: number, ms: number): Promise<void> {
     const t = now();
-    return this.#listening!.wait(since, ms, this.#request.signal).then(() => {
+    return listening.wait(since, ms, this.#request.signal).then(() => {
       this.#allowance -= now() - t;
     });
   }
@@ -377,22 +394,22 @@ export class Acquisition implements Sleeper {
     // its place in the queues, so it cannot take back a key a server hands
     // it later: such servers count again. (One that has not answered may
     // still land late, e.g. as an EVAL sent after NOSCRIPT.)
-    const sent = [...this.#releasedTo ?? []];
+    const sent = [...this.#undoneOn ?? []];
     const [listening, answered] = await Promise.all([
       this.#context.waiters.listen(keys, settings.requestTimeout, value),
       Promise.all(sent.map(([, reply]) => within(reply, settings.requestTimeout))),
     ]);
     sent.forEach(([server, reply], i) => {
-      if (answered[i] === true && this.#releasedTo!.get(server) === reply) {
-        this.#releasedTo!.delete(server);
+      if (answered[i] === true && this.#undoneOn!.get(server) === reply) {
+        this.#undoneOn!.delete(server);
       }
     });
-    this.#listening = listening;
-    if (!listening.subscribed) return false;
+    if (!listening.subscribed) {
+      this.#toUnheard(listening);
+      return false;
+    }
     this.#context.waiters.queued(keys[0]!);
-    this.#seat = { kind: "queued", ticket: String(Date.now()) };
-    this.#queued = true;
-    this.#setIfAbsent = false;
+    this.#toQueued(new QueueSeat(listening));
     return true;
   }
 
@@ -403,10 +420,12 @@ export class Acquisition implements Sleeper {
    */
   async #watch(): Promise<boolean> {
     const { keys, settings } = this.#request;
-    this.#listening = await this.#context.waiters.listen(keys, settings.requestTimeout);
-    if (!this.#listening.subscribed) return false;
-    this.#seat = { kind: "watcher" };
-    this.#setIfAbsent = false;
+    const listening = await this.#context.waiters.listen(keys, settings.requestTimeout);
+    if (!listening.subscribed) {
+      this.#toUnheard(listening);
+      return false;
+    }
+    this.#toWatching(listening);
     return true;
   }
 
@@ -415,16 +434,20 @@ export class Acquisition implements Sleeper {
    * RELEASE), or undefined when fewer did, too little of the lease is left,
    * or a fencing token is needed (a reserved key is taken by the next
    * attempt). Each server handed it after it queued the value, so the keys
-   * last at least until `#queuedAt` plus the lease, unless this acquire
+   * last at least until the seat's `since` plus the lease, unless this acquire
    * released them itself after a failed attempt: such servers do not count.
    */
   #handoff(): Lock | undefined {
     const { duration, settings, fencing } = this.#request;
-    if (fencing || this.#queuedAt === undefined) return undefined;
+    const phase = this.#phase;
+    if (phase.kind !== "queued") return undefined;
+    const { seat } = phase;
+    const since = seat.since;
+    if (fencing || since === undefined) return undefined;
     const servers = this.#servers;
-    const votesFor = this.#listening!.heard().filter((server) => !this.#releasedTo?.has(server));
+    const votesFor = seat.listening.heard().filter((server) => !this.#undoneOn?.has(server));
     if (votesFor.length < servers.quorum) return undefined;
-    const until = validUntil(this.#queuedAt, duration, settings.driftFactor);
+    const until = validUntil(since, duration, settings.driftFactor);
     const end = now();
     // A long wait leaves little of the lease: then an attempt renews it.
     if (until - end < duration / 2) return undefined;
@@ -433,9 +456,8 @@ export class Acquisition implements Sleeper {
       quorumSize: servers.quorum,
       votesFor,
       votesAgainst: new Map(),
-      elapsed: end - this.#queuedAt,
+      elapsed: end - since,
     });
-    this.#queued = false;
     const lock = this.#lock(until, undefined);
     markHandedOver(lock);
     return lock;
@@ -452,7 +474,7 @@ export class Acquisition implements Sleeper {
    * for the server) or the round was won (`#grant()` deals with it).
    */
   #late(member: Member, vote: Vote | undefined, tally: Tally<Vote>, round: number): void {
-    if (this.#granted) {
+    if (this.#phase.kind === "granted") {
       if (typeof vote !== "number") {
         this.#servers.quietly(this.#releaser(RELEASE_MODE.leaveQueues), [member]);
       }
@@ -461,7 +483,7 @@ export class Acquisition implements Sleeper {
     if (vote instanceof Conflict || round < this.#rounds || this.#servers.won(tally)) return;
     // After the acquire ended (aborted, gave up), what lands late is just released.
     let mode: ReleaseMode = RELEASE_MODE.release;
-    if (this.#queued) {
+    if (this.#phase.kind === "queued") {
       let took = 1;
       let conflicts = 0;
       for (const answer of tally.answers.values()) {
@@ -470,33 +492,42 @@ export class Acquisition implements Sleeper {
       mode = this.#stayMode(took, conflicts);
     }
     const [sent] = this.#servers.quietly(this.#releaser(mode), [member]);
-    (this.#releasedTo ??= new Map()).set(member.index, sent!);
+    (this.#undoneOn ??= new Map()).set(member.index, sent!);
   }
 
-  /** Drops the queue entries on `members`; `keep` keeps keys the value holds. */
+  /**
+   * While queued, drops the queue entries on `members` (`keep` keeps keys
+   * the value holds); the caller then changes the phase.
+   */
   #leave(members: readonly Member[], keep = false): void {
-    if (this.#queued) {
-      const mode = keep ? RELEASE_MODE.leaveQueues : RELEASE_MODE.release;
-      this.#servers.quietly(this.#releaser(mode), members);
-    }
-    this.#queued = false;
+    if (this.#phase.kind !== "queued") return;
+    const mode = keep ? RELEASE_MODE.leaveQueues : RELEASE_MODE.release;
+    this.#servers.quietly(this.#releaser(mode), members);
   }
 
   /**
    * What the next attempt sends: a plain SET NX, which costs the server a
-   * fifth of the script, while `#setIfAbsent`; else ACQUIRE with the current
+   * fifth of the script, while the phase says `setNx`; else ACQUIRE with the current
    * seat, which also tells a holder's TTL (no PTTL after a conflict). Made
    * for each attempt: a waiting acquire keeps none.
    */
   #sender(): Send {
     const { keys, value, duration } = this.#request;
-    return this.#setIfAbsent
-      ? setNx(keys[0]!, value, duration, holderTtl(keys[0]!))
-      : this.#servers.sender(ACQUIRE, acquireCall(keys, value, terms(this.#request, this.#seat)));
+    const phase = this.#phase;
+    if (phase.kind === "trying" && phase.setNx) {
+      return setNx(keys[0]!, value, duration, holderTtl(keys[0]!));
+    }
+    const seat = phase.kind === "queued"
+      ? phase.seat
+      : phase.kind === "watching"
+      ? WATCHER_SEAT
+      : NO_SEAT;
+    return this.#servers.sender(ACQUIRE, acquireCall(keys, value, terms(this.#request, seat)));
   }
 
   #releaser(mode: ReleaseMode): Send {
-    const ticket = this.#seat.kind === "queued" ? this.#seat.ticket : undefined;
+    const phase = this.#phase;
+    const ticket = phase.kind === "queued" ? phase.seat.ticket : undefined;
     return releaser(this.#servers, this.#request, { mode, ticket });
   }
 }

@@ -63,6 +63,9 @@ export type Seat =
 /** The seat of an acquire that does not wait in a queue. */
 export const NO_SEAT: Seat = Object.freeze({ kind: "none" });
 
+/** The seat of a watcher. */
+export const WATCHER_SEAT: Seat = Object.freeze({ kind: "watcher" });
+
 /**
  * Takes every resource for the value when each is free (missing, or
  * reserved for this value by a release). Replies the fencing token (0
