@@ -6,6 +6,7 @@
  * @module
  */
 
+import type { ExecutionStats } from "../api/errors.ts";
 import type { LockContext } from "../api/lock_context.ts";
 import type { Lock } from "../api/lock.ts";
 import {
@@ -25,6 +26,7 @@ import { holderTtl, setNx } from "./fast_path.ts";
 import { markHandedOver } from "./handover.ts";
 import { listeningOf, type Phase } from "./phase.ts";
 import { QueueSeat } from "./queue_seat.ts";
+import { UndoLog } from "./undo_log.ts";
 import {
   abandon,
   type AcquireRequest,
@@ -36,7 +38,7 @@ import {
 } from "./request.ts";
 import { fence } from "../operations/extend.ts";
 import { giveUpError, mayRetry, RETRY_FOREVER, retryWait } from "../operations/retry.ts";
-import { delay, within } from "../util/delay.ts";
+import { delay } from "../util/delay.ts";
 import { now, validUntil } from "../util/time.ts";
 
 /** An attempt's round: when it started and how the servers voted. */
@@ -70,11 +72,8 @@ export class Acquisition implements Sleeper {
    * `queued`.
    */
   #phase: Phase;
-  /**
-   * Servers where this acquire undid what a failed attempt of its took, and
-   * whether they answered: what they hand it later may be gone (see `#join()`).
-   */
-  #undoneOn: Map<number, Promise<boolean>> | undefined;
+  /** Servers where this acquire undid what a failed attempt of its took. */
+  readonly #undos = new UndoLog();
   /** When the sleep in the queue began. */
   #napStart = 0;
   /**
@@ -157,7 +156,7 @@ export class Acquisition implements Sleeper {
         if (this.#phase.kind === "queued") this.#phase.seat.attempted(start);
         const lock = await this.#grant(start, ballot);
         if (lock !== undefined) return this.#end(lock);
-        const taken = this.#partial(ballot);
+        const taken = mayHaveTaken(this.#servers, ballot, this.#phase.kind === "queued");
         if (!mayRetry(this.#request.settings, n)) return await this.#giveUp(ballot, taken);
         this.#undo(taken, ballot);
         const next = await this.#wait(n, start, ballot);
@@ -270,43 +269,16 @@ export class Acquisition implements Sleeper {
   }
 
   /**
-   * The servers where a failed attempt may have taken keys: every one that
-   * did not answer with a conflict. (In the queue, one that has not answered
-   * yet is dealt with by `#late()`, which keeps the place there.)
-   */
-  #partial(ballot: Ballot): Member[] {
-    const { votesFor, votesAgainst } = ballot.stats;
-    const queued = this.#phase.kind === "queued";
-    return this.#servers.members.filter((m) =>
-      !votesAgainst.isConflict(m.index) &&
-      (!queued || votesFor.includes(m.index) || votesAgainst.has(m.index))
-    );
-  }
-
-  /**
    * Releases a partial (or too slow) lock where it may have landed; requests
    * on one connection run in order, so the release lands after the acquire.
    */
   #undo(taken: readonly Member[], ballot: Ballot): void {
     const { votesFor, votesAgainst } = ballot.stats;
     const mode = this.#phase.kind === "queued"
-      ? this.#stayMode(votesFor.length, votesAgainst.conflicts)
+      ? stayMode(votesFor.length, votesAgainst.conflicts, this.#servers.quorum)
       : RELEASE_MODE.release;
     const sent = this.#servers.quietly(this.#releaser(mode), taken);
-    if (taken.length > 0) this.#undoneOn ??= new Map();
-    taken.forEach((m, i) => this.#undoneOn!.set(m.index, sent[i]!));
-  }
-
-  /**
-   * How a queued acquire lets go of what a failed attempt took: it gives
-   * way (keeping a key nobody queued is ahead for) when the servers that
-   * took it and those held by another make a quorum, as they do when
-   * waiters were handed different servers; else server errors stood in the
-   * way, and keeping keys it cannot make a quorum of would stall the next
-   * in line, so it frees them.
-   */
-  #stayMode(took: number, conflicts: number): ReleaseMode {
-    return took + conflicts >= this.#servers.quorum ? RELEASE_MODE.giveWay : RELEASE_MODE.keepPlace;
+    taken.forEach((m, i) => this.#undos.sent(m.index, sent[i]!));
   }
 
   /** Retries ran out: rejects once the release has answered (or timed out). */
@@ -390,20 +362,10 @@ export class Acquisition implements Sleeper {
    */
   async #join(): Promise<boolean> {
     const { keys, settings, value } = this.#request;
-    // A release sent before the acquire queues, once answered, ran before
-    // its place in the queues, so it cannot take back a key a server hands
-    // it later: such servers count again. (One that has not answered may
-    // still land late, e.g. as an EVAL sent after NOSCRIPT.)
-    const sent = [...this.#undoneOn ?? []];
-    const [listening, answered] = await Promise.all([
+    const [listening] = await Promise.all([
       this.#context.waiters.listen(keys, settings.requestTimeout, value),
-      Promise.all(sent.map(([, reply]) => within(reply, settings.requestTimeout))),
+      this.#undos.settle(settings.requestTimeout),
     ]);
-    sent.forEach(([server, reply], i) => {
-      if (answered[i] === true && this.#undoneOn!.get(server) === reply) {
-        this.#undoneOn!.delete(server);
-      }
-    });
     if (!listening.subscribed) {
       this.#toUnheard(listening);
       return false;
@@ -445,19 +407,13 @@ export class Acquisition implements Sleeper {
     const since = seat.since;
     if (fencing || since === undefined) return undefined;
     const servers = this.#servers;
-    const votesFor = seat.listening.heard().filter((server) => !this.#undoneOn?.has(server));
+    const votesFor = seat.listening.heard().filter((server) => !this.#undos.has(server));
     if (votesFor.length < servers.quorum) return undefined;
     const until = validUntil(since, duration, settings.driftFactor);
     const end = now();
     // A long wait leaves little of the lease: then an attempt renews it.
     if (until - end < duration / 2) return undefined;
-    this.#attempts.push({
-      membershipSize: servers.members.length,
-      quorumSize: servers.quorum,
-      votesFor,
-      votesAgainst: new Map(),
-      elapsed: end - since,
-    });
+    this.#attempts.push(handoffStats(servers, votesFor, end - since));
     const lock = this.#lock(until, undefined);
     markHandedOver(lock);
     return lock;
@@ -489,10 +445,10 @@ export class Acquisition implements Sleeper {
       for (const answer of tally.answers.values()) {
         answer instanceof Conflict ? conflicts++ : took++;
       }
-      mode = this.#stayMode(took, conflicts);
+      mode = stayMode(took, conflicts, this.#servers.quorum);
     }
     const [sent] = this.#servers.quietly(this.#releaser(mode), [member]);
-    (this.#undoneOn ??= new Map()).set(member.index, sent!);
+    this.#undos.sent(member.index, sent!);
   }
 
   /**
@@ -547,4 +503,40 @@ function kept(attempt: Attempt): Attempt {
     votesAgainst: votesAgainst.compact(),
   };
   return { start: attempt.start, ballot: { ...ballot, stats } };
+}
+
+/**
+ * How a queued acquire lets go of what a failed attempt took: it gives
+ * way (keeping a key nobody queued is ahead for) when the servers that
+ * took it and those held by another make a quorum, as they do when
+ * waiters were handed different servers; else server errors stood in the
+ * way, and keeping keys it cannot make a quorum of would stall the next
+ * in line, so it frees them.
+ */
+function stayMode(took: number, conflicts: number, quorum: number): ReleaseMode {
+  return took + conflicts >= quorum ? RELEASE_MODE.giveWay : RELEASE_MODE.keepPlace;
+}
+
+/**
+ * The servers where a failed attempt may have taken keys: every one that
+ * did not answer with a conflict. (In the queue, one that has not answered
+ * yet is dealt with by `#late()`, which keeps the place there.)
+ */
+function mayHaveTaken(servers: Servers, ballot: Ballot, queued: boolean): Member[] {
+  const { votesFor, votesAgainst } = ballot.stats;
+  return servers.members.filter((m) =>
+    !votesAgainst.isConflict(m.index) &&
+    (!queued || votesFor.includes(m.index) || votesAgainst.has(m.index))
+  );
+}
+
+/** The stats of a handoff: the servers that handed the key over voted for, nobody against. */
+function handoffStats(servers: Servers, votesFor: number[], elapsed: number): ExecutionStats {
+  return {
+    membershipSize: servers.members.length,
+    quorumSize: servers.quorum,
+    votesFor,
+    votesAgainst: new Map(),
+    elapsed,
+  };
 }
