@@ -78,8 +78,8 @@ export function toNumber(reply: unknown, server: number): number {
   throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
 }
 
-/** A release vote: for, once the reply is a count. */
-const released = (reply: unknown, member: Member): Vote => (toNumber(reply, member.index), 0);
+/** A release vote: for, once the reply is a count (of keys that held the value). */
+const releaseVote = (reply: unknown, member: Member): Vote => (toNumber(reply, member.index), 0);
 
 /** An acquire or extend vote: a script's reply, or a vote `setIfAbsent` already made. */
 const asVote = (reply: unknown, member: Member): Vote =>
@@ -217,7 +217,7 @@ export class Servers {
       start,
       onError: this.emit,
       done: this.decided,
-      judge: released,
+      judge: releaseVote,
       settle: (tally) => {
         const { ok, stats } = this.ballot(tally, start);
         if (!ok) {
