@@ -4,9 +4,10 @@
  * servers while servers are stopped (SIGSTOP) or killed (restarted after a
  * lease, so that no valid lock is forgotten), and the leader's process is
  * paused past its lease (SIGSTOP/SIGCONT) or killed (`kill -9`, then
- * replaced). Afterwards every term's validity (from its start to its end or
- * its lock's last known expiration, whichever is first) is checked: two
- * valid leaders at once, or a term not above the one before, fail the run.
+ * replaced). Afterwards every term's validity (from its start to the abort
+ * of its routine's signal, or its lock's last known expiration when its
+ * process was paused or killed) is checked: two valid leaders at once, or a
+ * term not above the one before, fail the run.
  *
  * ```sh
  * deno task chaos:lead                        # 30 s, random seed
@@ -33,7 +34,12 @@ export interface Term {
   readonly term: number;
   /** When its routine started (Date.now()). */
   readonly start: number;
-  /** When it stopped being a valid leader: its end, or its lock's last expiration. */
+  /**
+   * When it stopped being a valid leader: when its routine's signal aborted
+   * (even past its lock's expiration: `lead()` promises the abort first);
+   * for a leader paused during its term, or one that never reported its
+   * end (killed), the earlier of that and its lock's last expiration.
+   */
   readonly until: number;
 }
 
@@ -45,10 +51,37 @@ export interface LeaderOverlap {
   readonly ms: number;
 }
 
+/** A span during which the parent kept a campaigner stopped (SIGSTOP). */
+interface Pause {
+  readonly pid: number;
+  readonly start: number;
+  end: number;
+}
+
+/** The leader pauses noted in a log (`# <Date.now()> pause|resume leader <pid>`). */
+function readPauses(lines: readonly string[]): Pause[] {
+  const pauses: Pause[] = [];
+  for (const line of lines) {
+    const [, at, what, role, pid] = line.split(" ");
+    if (role !== "leader") continue;
+    if (what === "pause") pauses.push({ pid: Number(pid), start: Number(at), end: Infinity });
+    if (what === "resume") {
+      const open = pauses.findLast((p) => p.pid === Number(pid) && p.end === Infinity);
+      if (open) open.end = Number(at);
+    }
+  }
+  return pauses;
+}
+
 /** The terms of a log of `start`/`valid`/`end` lines, in order of start. */
 export function readTerms(text: string): Term[] {
-  const terms = new Map<string, { pid: number; term: number; start: number; until: number }>();
-  for (const line of text.split("\n").filter((l) => l && !l.startsWith("#"))) {
+  const lines = text.split("\n").filter((l) => l);
+  const pauses = readPauses(lines.filter((l) => l.startsWith("#")));
+  const terms = new Map<
+    string,
+    { pid: number; term: number; start: number; expires: number; end?: number }
+  >();
+  for (const line of lines.filter((l) => !l.startsWith("#"))) {
     const [event, pid, term, at, expiration] = line.split(" ").map((f, i) => i ? Number(f) : f);
     const key = `${pid} ${term}`;
     if (event === "start") {
@@ -56,15 +89,19 @@ export function readTerms(text: string): Term[] {
         pid: pid as number,
         term: term as number,
         start: at as number,
-        until: expiration as number,
+        expires: expiration as number,
       });
     }
     const t = terms.get(key);
     if (!t) continue;
-    if (event === "valid") t.until = Math.max(t.until, expiration as number);
-    if (event === "end") t.until = Math.min(t.until, at as number);
+    if (event === "valid") t.expires = Math.max(t.expires, expiration as number);
+    if (event === "end") t.end = at as number;
   }
-  return [...terms.values()].sort((a, b) => a.start - b.start);
+  return [...terms.values()].map(({ pid, term, start, expires, end }) => {
+    const paused = pauses.some((p) => p.pid === pid && p.start < (end ?? expires) && start < p.end);
+    const until = end === undefined ? expires : paused ? Math.min(end, expires) : end;
+    return { pid, term, start, until };
+  }).sort((a, b) => a.start - b.start);
 }
 
 /** Overlaps of valid terms, and terms that did not grow from leader to leader. */
