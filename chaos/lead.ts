@@ -2,9 +2,10 @@
  * `deno task chaos:lead`: the leader-election chaos case. Campaigner
  * processes (chaos/_lead_worker.ts) run `lead()` for one name over 3 Redis
  * servers while servers are stopped (SIGSTOP) or killed (restarted after a
- * lease, so that no valid lock is forgotten), and the leader's process is
+ * lease, so that no valid lock is forgotten), the leader's process is
  * paused past its lease (SIGSTOP/SIGCONT) or killed (`kill -9`, then
- * replaced). Afterwards every term's validity (from its start to the abort
+ * replaced), or cut off from every server by its proxies while the others
+ * reach them (each campaigner has proxies of its own). Afterwards every term's validity (from its start to the abort
  * of its routine's signal, or its lock's last known expiration when its
  * process was paused or killed) is checked: two valid leaders at once, or a
  * term not above the one before, fail the run.
@@ -23,6 +24,8 @@
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { type RedisServer, startServers } from "../scripts/redis.ts";
+import { FaultProxy } from "../scripts/fault_proxy.ts";
+import { PreciseTimer } from "../scripts/_precise_timer.ts";
 import { Rng } from "./_rng.ts";
 
 const WORKER = fileURLToPath(new URL("./_lead_worker.ts", import.meta.url));
@@ -123,20 +126,32 @@ export function checkTerms(terms: readonly Term[]): {
 }
 
 /** The faults the case injects. */
-export type Fault = "server-stop" | "server-kill" | "leader-pause" | "leader-kill";
-const FAULTS: readonly Fault[] = ["server-stop", "server-kill", "leader-pause", "leader-kill"];
+export type Fault = "server-stop" | "server-kill" | "leader-pause" | "leader-kill" | "leader-cut";
+const FAULTS: readonly Fault[] = [
+  "server-stop",
+  "server-kill",
+  "leader-pause",
+  "leader-kill",
+  "leader-cut",
+];
 const WEIGHTS: Readonly<Record<Fault, number>> = {
   "server-stop": 2,
   "server-kill": 1,
   "leader-pause": 2,
   "leader-kill": 1,
+  "leader-cut": 2,
 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** The campaigner processes, each signalled only by its own PID. */
+/**
+ * The campaigner processes, each signalled only by its own PID, each
+ * reaching the servers through proxies of its own (which a fault cuts).
+ */
 class Campaigners {
   readonly #children = new Map<number, Deno.ChildProcess>();
+  readonly #proxies = new Map<number, FaultProxy[]>();
+  readonly #timer = new PreciseTimer();
   constructor(
     readonly log: string,
     readonly lease: number,
@@ -144,7 +159,9 @@ class Campaigners {
     readonly ports: number[],
   ) {}
 
-  spawn(): void {
+  async spawn(): Promise<void> {
+    const timer = this.#timer;
+    const proxies = await Promise.all(this.ports.map((port) => FaultProxy.start(port, { timer })));
     const child = new Deno.Command(Deno.execPath(), {
       args: [
         "run",
@@ -154,13 +171,19 @@ class Campaigners {
         NAME,
         String(this.lease),
         this.wait,
-        ...this.ports.map(String),
+        ...proxies.map((proxy) => String(proxy.port)),
       ],
       stdin: "null",
       stdout: "null",
       stderr: "inherit",
     }).spawn();
     this.#children.set(child.pid, child);
+    this.#proxies.set(child.pid, proxies);
+  }
+
+  /** Stops (or resumes) forwarding between `pid` and every server. */
+  cut(pid: number, cut: boolean): void {
+    for (const proxy of this.#proxies.get(pid) ?? []) cut ? proxy.partition() : proxy.heal();
   }
 
   /** The pid of the latest term's leader, if it is one of the running ones. */
@@ -182,6 +205,14 @@ class Campaigners {
     this.signal(pid, "SIGKILL");
     await this.#children.get(pid)?.status;
     this.#children.delete(pid);
+    await this.#close(pid);
+  }
+
+  async #close(pid: number): Promise<void> {
+    const proxies = this.#proxies.get(pid) ?? [];
+    this.#proxies.delete(pid);
+    for (const proxy of proxies) proxy.heal();
+    await Promise.all(proxies.map((proxy) => proxy.close()));
   }
 
   async stop(): Promise<number[]> {
@@ -190,6 +221,8 @@ class Campaigners {
       this.signal(pid, "SIGTERM");
     }
     const codes = await Promise.all([...this.#children.values()].map((c) => c.status));
+    for (const pid of [...this.#proxies.keys()]) await this.#close(pid);
+    this.#timer.close();
     return codes.map((s) => s.code);
   }
 }
@@ -240,7 +273,7 @@ export async function runLeadChaos(options: LeadChaosOptions): Promise<boolean> 
   const faults = new Map<Fault, number>();
   const restarts: Promise<void>[] = [];
   try {
-    for (let i = 0; i < options.campaigners; i++) campaigners.spawn();
+    for (let i = 0; i < options.campaigners; i++) await campaigners.spawn();
     const end = performance.now() + options.seconds * 1000;
     while (performance.now() < end) {
       await sleep(rng.between(300, 1200));
@@ -277,7 +310,16 @@ export async function runLeadChaos(options: LeadChaosOptions): Promise<boolean> 
         if (pid === undefined) continue;
         await note(`kill leader ${pid}`);
         await campaigners.kill(pid);
-        campaigners.spawn();
+        await campaigners.spawn();
+      } else if (fault === "leader-cut") {
+        // The others reach the servers while the leader's requests hang.
+        const pid = await campaigners.leader();
+        if (pid === undefined) continue;
+        await note(`cut leader ${pid}`);
+        campaigners.cut(pid, true);
+        await sleep(rng.between(lease, 2.5 * lease));
+        campaigners.cut(pid, false);
+        await note(`heal leader ${pid}`);
       }
     }
     await Promise.all(restarts);
