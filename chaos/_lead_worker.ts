@@ -3,7 +3,8 @@
  * <name> <lease> <notify|poll> <port>...` leads `name` and appends, for each term, a
  * `start` line, a `valid` line each time its lock is extended (the new
  * expiration) and an `end` line (at the instant its signal aborted), as
- * `<event> <pid> <term> <Date.now()> <lock.expiration>`. SIGTERM ends it (exit 0).
+ * `<event> <pid> <term> <Date.now()> <lock.expiration>`, and the spans in
+ * which it could not run its timers (stalls). SIGTERM ends it (exit 0).
  *
  * @module
  */
@@ -29,8 +30,26 @@ const write = (event: string, term: number, expiration: number, at = Date.now())
     append: true,
   });
 
+/**
+ * Logs the spans in which this process ran no JavaScript for longer than
+ * the drift allowance (a starved CPU, a long GC): like a paused process, it
+ * could not run its timers then, as `# <from> stall leader <pid> <to>`.
+ */
+function watchStalls(allowance: number): ReturnType<typeof setInterval> {
+  const TICK = 5;
+  let last = Date.now();
+  return setInterval(() => {
+    const now = Date.now();
+    if (now - last > TICK + allowance) {
+      Deno.writeTextFile(log!, `# ${last} stall leader ${Deno.pid} ${now}\n`, { append: true });
+    }
+    last = now;
+  }, TICK);
+}
+
 const shutdown = new AbortController();
 Deno.addSignalListener("SIGTERM", () => shutdown.abort());
+const stalls = watchStalls(Math.round(0.01 * Number(lease)) + 2);
 await redlock.lead(name!, Number(lease), async (signal, context) => {
   let lock = context.lock;
   // The end of the term is the instant its signal aborted, not when the loop saw it.
@@ -47,5 +66,6 @@ await redlock.lead(name!, Number(lease), async (signal, context) => {
   }
   await write("end", context.term, lock.expiration, abortedAt);
 }, { signal: shutdown.signal });
+clearInterval(stalls);
 for (const client of clients) client.disconnect();
 Deno.exit(0);

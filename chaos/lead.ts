@@ -54,20 +54,32 @@ export interface LeaderOverlap {
   readonly ms: number;
 }
 
-/** A span during which the parent kept a campaigner stopped (SIGSTOP). */
+/**
+ * A span during which a campaigner did not run: the parent stopped it
+ * (SIGSTOP), or it found its event loop stalled (`stall`).
+ */
 interface Pause {
   readonly pid: number;
   readonly start: number;
   end: number;
+  readonly stall: boolean;
 }
 
-/** The leader pauses noted in a log (`# <Date.now()> pause|resume leader <pid>`). */
+/**
+ * The leader pauses noted in a log (`# <Date.now()> pause|resume leader
+ * <pid>`), and the stalls the campaigners noted (`# <from> stall leader <pid> <to>`).
+ */
 function readPauses(lines: readonly string[]): Pause[] {
   const pauses: Pause[] = [];
   for (const line of lines) {
-    const [, at, what, role, pid] = line.split(" ");
+    const [, at, what, role, pid, to] = line.split(" ");
     if (role !== "leader") continue;
-    if (what === "pause") pauses.push({ pid: Number(pid), start: Number(at), end: Infinity });
+    if (what === "stall") {
+      pauses.push({ pid: Number(pid), start: Number(at), end: Number(to), stall: true });
+    }
+    if (what === "pause") {
+      pauses.push({ pid: Number(pid), start: Number(at), end: Infinity, stall: false });
+    }
     if (what === "resume") {
       const open = pauses.findLast((p) => p.pid === Number(pid) && p.end === Infinity);
       if (open) open.end = Number(at);
@@ -101,7 +113,13 @@ export function readTerms(text: string): Term[] {
     if (event === "end") t.end = at as number;
   }
   return [...terms.values()].map(({ pid, term, start, expires, end }) => {
-    const paused = pauses.some((p) => p.pid === pid && p.start < (end ?? expires) && start < p.end);
+    // A stall excuses a late abort only when it spans the instant the timer was due.
+    const paused = pauses.some((p) =>
+      p.pid === pid &&
+      (p.stall
+        ? p.start <= expires && expires <= p.end
+        : p.start < (end ?? expires) && start < p.end)
+    );
     const until = end === undefined ? expires : paused ? Math.min(end, expires) : end;
     return { pid, term, start, until };
   }).sort((a, b) => a.start - b.start);
