@@ -84,8 +84,9 @@ for (const kind of KINDS) {
       return reason;
     });
     assert.ok(reason instanceof LockLostError, String(reason));
-    // The signal aborts when the validity ends, the extension having retried until then.
-    assert.match(reason.message, /expired before an extension succeeded/);
+    // The signal aborts when the validity ends, the extension having retried until then: by the
+    // timer at that instant, or by the extension's own check when a starved process runs it first.
+    assert.match(reason.message, /expired before an extension succeeded|the lock expired/);
     assert.ok(extendCalls >= 2, `${extendCalls} extension attempt(s) while the lock was valid`);
     assert.ok(performance.now() - start < 2_000);
     assert.ok(errors.length > 0);
