@@ -231,8 +231,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * let lock = await redlock.acquire("a", 1_000);
-   * lock = await redlock.extend(lock, 5_000);
+   * const longer = await redlock.extend(await redlock.acquire("a", 1_000), 5_000);
    * ```
    */
   async extend(lock: Lock, duration: number, options?: ExtendOptions): Promise<Lock> {
@@ -243,7 +242,13 @@ export class Redlock extends RedlockEvents implements LockOwner {
   /**
    * Acquires a lock, runs `routine` while extending the lock automatically,
    * and releases it when the routine settles. The routine's signal aborts
-   * with a {@linkcode LockLostError} once the lock can no longer be valid.
+   * with a {@linkcode LockLostError} when an extension finds the lock gone,
+   * and at the latest when the lock's validity (monotonic clock, drift
+   * allowance taken off) ends without a successful extension, whatever the
+   * extension requests are still doing: with clocks that drift less than
+   * `driftFactor`, no other client can hold the lock before the signal
+   * aborts (a process stopped past that instant learns it late; fencing
+   * tokens cover that case). The routine decides what to do.
    *
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
@@ -257,10 +262,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const total = await redlock.using("ledger", 5_000, async (signal) => {
-   *   signal.throwIfAborted();
-   *   return 42;
-   * });
+   * const total: number = await redlock.using("ledger", 5_000, () => 42);
    * ```
    */
   using<T>(
@@ -285,9 +287,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * await redlock.using("ledger", 5_000, { automaticExtensionThreshold: 1_000 }, (signal) => {
-   *   signal.throwIfAborted();
-   * });
+   * await redlock.using("ledger", 5_000, { automaticExtensionThreshold: 1_000 }, () => {});
    * ```
    */
   using<T>(
@@ -378,8 +378,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.acquire("a", 1_000);
-   * console.log(await redlock.remainingTtl(lock));
+   * console.log(await redlock.remainingTtl(await redlock.acquire("a", 1_000)));
    * ```
    */
   remainingTtl(lock: Lock, options?: InspectOptions): Promise<number | null> {
@@ -448,7 +447,8 @@ export class Redlock extends RedlockEvents implements LockOwner {
 
   /**
    * Campaigns for leadership of `name` until `options.signal` aborts, and
-   * runs `routine` while it leads; see {@linkcode lead}.
+   * runs `routine` while it leads; its signal aborts at the latest when the
+   * lock's validity ends without a successful extension. See {@linkcode lead}.
    *
    * @param name The name of the leadership (one Redis key).
    * @param duration The lease in ms, renewed before it ends.
