@@ -118,8 +118,11 @@ export class Redlock extends EventTarget implements LockOwner {
   /** How many acquires were made: the second part. */
   #acquires = 0;
   readonly #context: AcquireContext;
-  /** The listeners of each event type, so that no event is made for nobody. */
-  readonly #listeners = new Map<string, Set<unknown>>();
+  /**
+   * The listeners of each event type, so that no event is made for nobody;
+   * a `once` listener maps to the listener that forgets it after its event.
+   */
+  readonly #listeners = new Map<string, Map<unknown, EventListener | undefined>>();
 
   /**
    * Makes a Redlock over independent Redis servers or clusters.
@@ -593,10 +596,22 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: boolean | AddEventListenerOptions,
   ): void {
     super.addEventListener(type, listener, options);
-    if (listener === null) return;
-    let set = this.#listeners.get(type);
-    if (set === undefined) this.#listeners.set(type, set = new Set());
-    set.add(listener);
+    const { once = false, signal } = typeof options === "object" ? options : {};
+    // The platform drops these without calling removeEventListener(): the
+    // list must not keep them, or events would be made for nobody.
+    if (listener === null || signal?.aborted) return;
+    let listeners = this.#listeners.get(type);
+    if (listeners === undefined) this.#listeners.set(type, listeners = new Map());
+    if (listeners.has(listener)) return; // added already: the platform ignored it
+    let forget: EventListener | undefined;
+    if (once) {
+      forget = () => listeners.delete(listener);
+      super.addEventListener(type, forget, { once: true });
+    }
+    listeners.set(listener, forget);
+    signal?.addEventListener("abort", () => this.removeEventListener(type, listener), {
+      once: true,
+    });
   }
 
   /**
@@ -612,7 +627,10 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: boolean | EventListenerOptions,
   ): void {
     super.removeEventListener(type, listener, options);
-    this.#listeners.get(type)?.delete(listener);
+    const listeners = this.#listeners.get(type);
+    const forget = listeners?.get(listener);
+    if (forget !== undefined) super.removeEventListener(type, forget);
+    listeners?.delete(listener);
   }
 
   /**
