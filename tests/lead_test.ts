@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { type LeadContext, Redlock } from "../mod.ts";
 import { onEveryServer, type RedisServers, setup, sleep, startServers } from "./_redis.ts";
+import { untilAborted } from "./_abort.ts";
 
 const CAMPAIGNER = fileURLToPath(new URL("./fixtures/campaigner.ts", import.meta.url));
 
@@ -49,7 +50,7 @@ Deno.test("lead() reports a routine's error, backs off, and leads again with a h
     if (terms.length < 3) throw new Error(`failure ${terms.length}`);
     // the third term leads until told to stop; that abort reaches the routine
     setTimeout(() => stop.abort(new Error("stop")), 50);
-    await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+    await untilAborted(signal, 10_000);
     stopSeen = signal.reason;
   }, { signal: stop.signal });
   assert.deepEqual(errors.map((e) => e.message), ["failure 1", "failure 2"]);

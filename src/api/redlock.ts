@@ -377,7 +377,9 @@ export class Redlock extends EventTarget implements LockOwner {
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
    * @param options Per-call overrides; `signal` aborts the wait for the lock
-   * and is combined with the routine's signal.
+   * and is combined with the routine's signal. When it aborts after the lock
+   * was taken but before the routine started, the lock is released, the
+   * routine never runs and the call rejects with `signal.reason`.
    * @param routine The work to do; gets a signal and the current lock.
    * @returns What the routine returns.
    * @throws {TypeError} On a bad argument or an unknown option, before any request.
@@ -844,7 +846,9 @@ export class Redlock extends EventTarget implements LockOwner {
    * @param duration The lease in ms, renewed before it ends.
    * @param routine The leader's work for one term; `context.term` is a
    * fencing token that strictly increases from leader to leader.
-   * @param options Per-call overrides and the signal that stops campaigning.
+   * @param options Per-call overrides and the signal that stops campaigning
+   * (an abort between a won campaign and its routine's start releases the
+   * lock without running the routine).
    * @returns A promise that resolves once `options.signal` aborted, the
    * routine settled and the lock was released.
    * @throws {TypeError} On a bad argument, before any request.
@@ -858,7 +862,11 @@ export class Redlock extends EventTarget implements LockOwner {
    * Deno.addSignalListener("SIGINT", () => shutdown.abort());
    * await redlock.lead("scheduler", 10_000, async (signal, { term }) => {
    *   console.log(`leading in term ${term}`);
-   *   await new Promise((resolve) => signal.addEventListener("abort", resolve));
+   *   // (an abort that fired already never fires again: check it first)
+   *   await new Promise((resolve) => {
+   *     if (signal.aborted) resolve(undefined);
+   *     else signal.addEventListener("abort", resolve, { once: true });
+   *   });
    * }, { signal: shutdown.signal });
    * ```
    */

@@ -6,6 +6,7 @@
 
 import { ExecutionError, LockLostError, ResourceLockedError } from "../api/errors.ts";
 import type { Redlock } from "../api/redlock.ts";
+import { onAbort } from "../util/abort.ts";
 import { delay } from "../util/delay.ts";
 import { type CliArgs, EXIT, type Subcommand } from "./args.ts";
 import { Child, SignalTrap, SpawnError } from "./child.ts";
@@ -67,9 +68,9 @@ export async function run(args: CliArgs, log: Log): Promise<number> {
         log(`lost the lock "${args.name}": stopping the command`);
         stopping = started.stop();
       };
-      signal.addEventListener("abort", lost, { once: true });
+      const unlisten = onAbort(signal, lost);
       const status = await started.status;
-      signal.removeEventListener("abort", lost);
+      unlisten();
       await stopping;
       return signal.aborted ? EXIT.LOST : status;
     });
@@ -122,9 +123,9 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
       );
       stopping = child.stop(typeof reason === "string" ? reason as Deno.Signal : "SIGTERM");
     };
-    signal.addEventListener("abort", stop, { once: true });
+    const unlisten = onAbort(signal, stop);
     const status = await child.status;
-    signal.removeEventListener("abort", stop);
+    unlisten();
     await stopping;
     if (signal.aborted) return;
     if (status !== 0) throw new Error(`the command exited with status ${status}`);
