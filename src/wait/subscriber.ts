@@ -174,12 +174,17 @@ async function nodeRedisSubscriber(
   onMessage: (channel: string, message?: string) => void,
 ): Promise<ReleaseSubscriber> {
   const sub = (c.duplicate as Fn).call(c, { disableOfflineQueue: false }) as NodeRedisSubscriber;
-  sub.on("error", () => {});
+  // Its connect() retries for ever while the server is unreachable, and the
+  // connection would never be closed: the first error while connecting ends it.
+  let failed: (error: unknown) => void = () => {};
+  const failing = new Promise<never>((_, reject) => (failed = reject));
+  sub.on("error", (error: unknown) => failed(error));
   const close = async () => {
     sub.destroy();
     await new Promise((resolve) => setTimeout(resolve, 0));
   };
-  await connectOrClose(sub.connect(), close);
+  await connectOrClose(Promise.race([sub.connect(), failing]), close);
+  failed = () => {};
   const listener = (message: unknown, channel: unknown) =>
     onMessage(String(channel), String(message));
   return {
