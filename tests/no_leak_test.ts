@@ -12,7 +12,8 @@ import {
   type ReleaseSubscriber,
   type ScriptClient,
 } from "../mod.ts";
-import { hold, onEveryServer, setup, startServers } from "./_redis.ts";
+import { Direction, FaultProxy } from "../scripts/fault_proxy.ts";
+import { hold, onEveryServer, setup, sleep, startServers } from "./_redis.ts";
 
 /** A Redlock that counts the events it builds and dispatches. */
 class Counting extends Redlock {
@@ -205,4 +206,59 @@ Deno.test("lead() whose signal aborts after the acquire releases, resolves and n
   assert.equal(ended, true, "lead() resolved within 10 s");
   assert.equal(started, false);
   await onEveryServer(env.servers, "lead-abort-between", null);
+});
+
+/** ioredis clients that keep the connections they duplicate (the subscribers). */
+class Duplicating extends Redis {
+  readonly duplicates: Redis[] = [];
+  override duplicate(...args: Parameters<Redis["duplicate"]>): Redis {
+    const made = super.duplicate(...args);
+    this.duplicates.push(made);
+    return made;
+  }
+}
+
+Deno.test("dispose right after an ioredis subscriber reconnected leaves no unhandled rejection", async () => {
+  const servers = await startServers(1);
+  await using proxy = await FaultProxy.start(servers.ports[0]!);
+  const client = new Duplicating({ host: "127.0.0.1", port: proxy.port, retryStrategy: () => 50 });
+  client.on("error", () => {});
+  const unhandled: unknown[] = [];
+  const onUnhandled = (event: PromiseRejectionEvent) => {
+    event.preventDefault();
+    unhandled.push(event.reason);
+  };
+  globalThis.addEventListener("unhandledrejection", onUnhandled);
+  try {
+    const redlock = new Redlock([client], { wait: "notify", retryDelay: 100 });
+    const held = await redlock.acquire("resubscribe", 10_000);
+    // a wait that stays subscribed while the subscriber reconnects
+    const stop = new AbortController();
+    const waiting = redlock.acquire("resubscribe", 5_000, { retryCount: -1, signal: stop.signal });
+    for (let i = 0; i < 100 && client.duplicates[0]?.status !== "ready"; i++) await sleep(20);
+    const subscriber = client.duplicates[0]!;
+    assert.equal(subscriber.status, "ready", "the subscriber connected");
+    await sleep(100); // subscribed
+    // Once it is ready again, the replies are held (a re-subscribe is never
+    // answered) and the Redlock is disposed.
+    const disposed = new Promise<void>((resolve) =>
+      subscriber.once("ready", () => {
+        proxy.partition(Direction.ToClient);
+        setTimeout(() => redlock[Symbol.asyncDispose]().then(resolve), 0);
+      })
+    );
+    proxy.reset();
+    await disposed;
+    proxy.heal();
+    stop.abort(new Error("done"));
+    await assert.rejects(waiting, /done/);
+    await held.release();
+    await sleep(300); // for a rejection nobody handles to surface
+    assert.deepEqual(unhandled.map(String), []);
+  } finally {
+    globalThis.removeEventListener("unhandledrejection", onUnhandled);
+    proxy.heal();
+    client.disconnect();
+    await servers.stop();
+  }
 });
