@@ -59,7 +59,11 @@ for (const kind of KINDS) {
           }
         };
         // Held at once: a worker that fails fails the test, not the file (an unheld rejection).
-        const workers = Promise.all(Array.from({ length: 6 }, worker));
+        let failure: unknown;
+        const workers = Promise.all(Array.from({ length: 6 }, worker)).catch((error) => {
+          failure ??= error;
+          stop = true;
+        });
         const minority = env.servers.servers.slice(0, Math.floor((count - 1) / 2));
         await sleep(300);
         for (const server of minority) await server.kill();
@@ -68,6 +72,7 @@ for (const kind of KINDS) {
         await sleep(400);
         stop = true;
         await workers;
+        if (failure !== undefined) throw failure;
         assert.ok(granted.length > 20, `${granted.length} grants`);
         for (let i = 1; i < granted.length; i++) {
           assert.ok(
