@@ -41,6 +41,8 @@ export interface HttpRunOptions {
   readonly kill: boolean;
   /** Whether @x/redlock takes fencing tokens (node-redlock has none). */
   readonly fencing: boolean;
+  /** How @x/redlock waits for a held lock: queued and woken by releases, or polling. */
+  readonly wait: "notify" | "poll";
 }
 
 /** Requests answered with each status and reason, as the app saw them. */
@@ -133,6 +135,7 @@ function openLocks(
         const lock = await redlock.acquire(resource, lease, {
           fencing: options.fencing,
           retryCount: -1,
+          wait: options.wait,
           timeout: lockTimeout,
         });
         return { token: lock.fencingToken ?? 0, release: () => lock.release() };

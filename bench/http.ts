@@ -17,7 +17,7 @@
  * ```sh
  * deno task bench:http                              # 100 connections, 20 s, each library
  * deno task bench:http --connections 20 --seconds 5 --no-kill
- * deno task bench:http --no-fencing                 # @x/redlock without fencing tokens too
+ * deno task bench:http --no-fencing --wait poll     # @x/redlock without fencing, polling
  * ```
  *
  * Writes docs/http.json and docs/http.svg (`--json`, `--svg`), prints a
@@ -35,7 +35,7 @@ import { table } from "./_report.ts";
 
 const args = parseArgs(Deno.args, {
   flags: ["no-kill", "no-fencing"],
-  values: ["connections", "seconds", "lease", "json", "svg"],
+  values: ["connections", "seconds", "lease", "wait", "json", "svg"],
   usage: "bench/http.ts",
 });
 const connections = Number(args.get("connections") ?? 100);
@@ -45,6 +45,10 @@ const jsonPath = args.get("json") ?? "docs/http.json";
 const svgPath = args.get("svg") ?? "docs/http.svg";
 const kill = !args.has("no-kill");
 const fencing = !args.has("no-fencing");
+const wait = args.get("wait") ?? "notify";
+if (wait !== "notify" && wait !== "poll") {
+  throw new RangeError(`--wait must be notify or poll, got ${wait}`);
+}
 
 const LABELS: Record<HttpImpl, string> = {
   "x-redlock": "@x/redlock",
@@ -70,7 +74,7 @@ console.log(machineLine(machine));
 console.log(
   `${connections} connections, ${seconds} s, 16 resources, lease ${lease} ms` +
     (kill ? "; lock server 2 of 3 killed at half time, restarted after the lease" : "") +
-    (fencing ? "" : "; no fencing tokens"),
+    (fencing ? "" : "; no fencing tokens") + `; @x/redlock waits by ${wait}`,
 );
 const results: HttpResult[] = [];
 for (const impl of ["x-redlock", "node-redlock"] as const) {
@@ -83,6 +87,7 @@ for (const impl of ["x-redlock", "node-redlock"] as const) {
     lockTimeout: 2_000,
     kill,
     fencing,
+    wait,
   });
   results.push(result);
   console.log(`${LABELS[impl]}: done (${result.responses2xx} 2xx)`);

@@ -13,6 +13,7 @@ Deno.test("a web service under load loses no update while a lock server is kille
     lockTimeout: 2_000,
     kill: true,
     fencing: true,
+    wait: "notify",
   });
   assert.ok(
     r.killedAt !== null && r.restartedAt !== null,
@@ -45,6 +46,7 @@ Deno.test("the web service's audit finds the updates lost when the app takes no 
     lockTimeout: 2_000,
     kill: false,
     fencing: false,
+    wait: "notify",
   });
   assert.ok(r.answered2xx > 0);
   assert.equal(r.unmatched, 0, "each 2xx id is recorded: the updates were lost, not the ids");
