@@ -105,7 +105,7 @@ for (const kind of ACL_KINDS) {
       assert.match(String(error.cause), /NOPERM/);
       assert.ok(error.server >= 0 && error.server < 3);
       assert.equal(error.attempts.length, 1, "no attempt after the refusal");
-      assert.ok(performance.now() - started < 1_000, `failed at once: ${options}`);
+      assert.ok(performance.now() - started < 1_500, `failed at once: ${JSON.stringify(options)}`);
     }
     const lock = await redlock.acquire("app:door", 1_000);
     await assert.rejects(
@@ -139,7 +139,7 @@ for (const kind of ACL_KINDS) {
     );
     assert.ok(error instanceof PermissionError, `${error}`);
     assert.match(error.permission, /no permissions to run the 'evalsha' command/);
-    assert.ok(performance.now() - started < 1_000, "failed at once");
+    assert.ok(performance.now() - started < 1_500, "failed at once");
 
     // And the lock user's rules refuse what a lock never needs.
     await using locker = await connectAllAs(kind, servers, "locker");
