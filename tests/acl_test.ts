@@ -116,6 +116,10 @@ for (const kind of ACL_KINDS) {
       redlock.semaphore("other:pool", { permits: 2 }).acquire(1_000),
       (e) => e instanceof PermissionError,
     );
+    const campaign = redlock.lead("other:leader", 1_000, () => {
+      assert.fail("led under a name outside the user's pattern");
+    });
+    await assert.rejects(campaign, (e) => e instanceof PermissionError);
     await lock.release();
   });
 

@@ -46,21 +46,40 @@ Deno.test("cli run and status over rediss:// with --tls-ca or REDLOCK_TLS_CA", a
     if (/^\$\d+\r\n\d+\r\n/.test(await server.command("GET", "{tls:job}:fence"))) counted++;
   }
   assert.ok(counted >= 2, `fencing counters on ${counted} of 3 servers`);
-  // The command holds the lock until the test has seen it held (at most 30 s).
+  // The command holds the lock until the test has seen it held (at most 60 s).
   const done = `${tls.certificates.dir}/done`;
-  const wait = `for i in $(seq 600); do [ -e ${done} ] && exit 0; sleep 0.05; done; exit 1`;
+  const wait = `for i in $(seq 1200); do [ -e ${done} ] && exit 0; sleep 0.05; done; exit 1`;
   const held = cli(
-    ["run", "--tls-ca", caFile, "--lease", "5s", "tls:held", "--", "sh", "-c", wait],
+    [
+      "run",
+      "--tls-ca",
+      caFile,
+      "--lease",
+      "5s",
+      "--wait",
+      "20s",
+      "tls:held",
+      "--",
+      "sh",
+      "-c",
+      wait,
+    ],
     env,
   );
+  let ended = false;
+  held.then(() => (ended = true), () => (ended = true));
   const withCa = { ...env, REDLOCK_TLS_CA: caFile };
-  const deadline = performance.now() + 25_000;
+  const deadline = performance.now() + 40_000;
   let status = await cli(["status", "tls:held"], withCa);
-  while (status.code !== 1 && performance.now() < deadline) {
+  while (status.code !== 1 && !ended && performance.now() < deadline) {
     status = await cli(["status", "tls:held"], withCa);
   }
   await Deno.writeTextFile(done, "");
-  assert.equal(status.code, 1, `held: ${status.stdout}${status.stderr}`);
+  assert.equal(
+    status.code,
+    1,
+    `held: ${status.stdout}${status.stderr}${ended ? (await held).stderr : ""}`,
+  );
   assert.match(status.stdout, /tls:held: held/);
   const ran = await held;
   assert.equal(ran.code, 0, ran.stderr);
