@@ -54,6 +54,7 @@ import {
   type Workload,
 } from "./_workloads.ts";
 import { benchHandles } from "./handles.ts";
+import { benchSemaphores, type SemaphoreBench } from "./_semaphores.ts";
 
 // ---------------------------------------------------------------- options
 
@@ -167,6 +168,7 @@ Deno.addSignalListener("SIGTERM", onSignal);
 const results = new Results();
 const started = new Date();
 let notify = false;
+let semaphores: SemaphoreBench | undefined;
 try {
   await using one = await startServers(1);
   groups.push(one);
@@ -213,6 +215,13 @@ try {
         record(cell, impl, outcome, { rep, position, of: cellReps });
       }
     }
+  }
+  if ((!only || only.includes("S")) && !stopping) {
+    semaphores = await benchSemaphores(three.ports, {
+      reps,
+      warmMs: plan.warmMs,
+      measureMs: plan.contentionMs,
+    });
   }
 } finally {
   Deno.removeSignalListener("SIGINT", onSignal);
@@ -351,6 +360,11 @@ if (!only || only.includes("H")) {
   targets.push(...handles.targets);
 }
 
+if (semaphores) {
+  sections.push(semaphores.section);
+  targets.push(...semaphores.targets);
+}
+
 console.log(sections.join("\n\n"));
 console.log(`\n## Targets\n\n${targetTable(targets)}\n`);
 console.log(
@@ -400,6 +414,7 @@ const report = {
   samples: results.samples,
   summaries,
   targets,
+  ...(semaphores ? { semaphores: semaphores.samples } : {}),
 };
 await Deno.mkdir(jsonPath.replace(/\/[^/]*$/, "") || ".", { recursive: true });
 await Deno.writeTextFile(jsonPath, JSON.stringify(report, null, 2) + "\n");
@@ -411,6 +426,7 @@ const SERIES: readonly Series[] = [
   { id: "node-redlock", label: "node-redlock 5.0.0-beta.2", color: "#f97316" },
   { id: "sesamecare", label: "@sesamecare-oss/redlock", color: "#a855f7" },
   { id: "universal", label: "redlock-universal", color: "#10b981" },
+  { id: "redis-semaphore", label: "redis-semaphore 5.8.0", color: "#dc2626" },
 ];
 const chartGroups: Group[] = CELLS.filter((c) => ["W1", "W2", "W3", "W4"].includes(c.workload))
   .map((cell) => ({
@@ -449,3 +465,10 @@ if (chartGroups.length > 0) {
   );
 }
 console.log(`\nwrote ${jsonPath}${chartGroups.length ? ` and ${svgPath}` : ""}`);
+
+if (semaphores?.unsafe) {
+  console.error(
+    "\nFAILED: @x/redlock's semaphore had more holders at once than permits (S1 or S2 above)",
+  );
+  Deno.exit(1);
+}
