@@ -179,7 +179,7 @@ async function deadClient(port: number): Promise<Connection<IoredisClient>> {
   });
   client.on("error", () => {});
   await client.connect().catch(() => {});
-  return { client, close: async () => void client.disconnect() };
+  return { client, close: () => Promise.resolve(client.disconnect()) };
 }
 
 /** What one S2 run saw: the most holders at once, over every round. */
