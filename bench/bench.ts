@@ -1,8 +1,10 @@
 /**
- * `deno task bench [--quick] [--reps=N] [--only=W1,W3,H] [--w6-all] [--json=path] [--svg=path]`
+ * `deno task bench [--quick] [--reps=N] [--only=W1,W3,H,C,S] [--w6-all] [--json=path]
+ *  [--svg=path] [--cost-svg=path]`
  *
  * Compares @x/redlock (with ioredis and with node-redis) with node-redlock,
- * @sesamecare-oss/redlock, redlock-universal and the bare protocol floor, in
+ * @sesamecare-oss/redlock, redlock-universal, redis-semaphore's
+ * `RedlockMutex` and the bare protocol floor, in
  * one process, on Redis servers it starts itself (1 and 3, loopback, no
  * persistence) and stops at the end. Every repetition runs every
  * implementation once, in an order rotated from one repetition to the next,
@@ -19,6 +21,14 @@
  * with a 200 ms lease held for 1 s; W6 200 000 cycles (20 000 with --quick)
  * and the heap before and after a forced GC. Every cell checks mutual
  * exclusion and counts errors; a cell with either is reported as failed.
+ *
+ * Then (bench/_server_cost.ts, `--only=C`) what a lock costs the servers in
+ * W1, W3 and W4, for every implementation: commands, command time and CPU
+ * per lock, charted in docs/bench-server-cost.svg (`--cost-svg=path`); and
+ * (bench/_semaphores.ts, `--only=S`) @x/redlock's semaphore against
+ * redis-semaphore's `RedlockSemaphore`: S1 contended, S2 split views. The
+ * run exits with status 1 if @x/redlock's semaphore ever had more holders
+ * than permits.
  *
  * @module
  */
@@ -55,12 +65,13 @@ import {
 } from "./_workloads.ts";
 import { benchHandles } from "./handles.ts";
 import { benchSemaphores, type SemaphoreBench } from "./_semaphores.ts";
+import { benchServerCost, type ServerCost } from "./_server_cost.ts";
 
 // ---------------------------------------------------------------- options
 
 const args = parseArgs(Deno.args, {
   flags: ["quick", "w6-all"],
-  values: ["reps", "only", "json", "svg"],
+  values: ["reps", "only", "json", "svg", "cost-svg"],
   usage: "the top of bench/bench.ts",
 });
 const quick = args.has("quick");
@@ -90,6 +101,7 @@ const only = args.get("only")?.split(",");
 const memoryAll = quick || args.has("w6-all");
 const jsonPath = args.get("json") ?? "docs/bench.json";
 const svgPath = args.get("svg") ?? "docs/bench.svg";
+const costSvgPath = args.get("cost-svg") ?? "docs/bench-server-cost.svg";
 
 // ---------------------------------------------------------------- cells
 
@@ -169,6 +181,7 @@ const results = new Results();
 const started = new Date();
 let notify = false;
 let semaphores: SemaphoreBench | undefined;
+let serverCost: ServerCost | undefined;
 try {
   await using one = await startServers(1);
   groups.push(one);
@@ -176,7 +189,7 @@ try {
   groups.push(three);
   const ports = (n: number) => (n === 1 ? one.ports : three.ports);
 
-  if (CELLS.some((c) => c.workload === "W3")) {
+  if (CELLS.some((c) => c.workload === "W3") || !only || only.includes("C")) {
     notify = await probeNotify(X, three.ports).catch(() => false);
     console.log(
       `wait: "notify" ${notify ? "is available" : "is not available (rows skipped)"}\n`,
@@ -215,6 +228,20 @@ try {
         record(cell, impl, outcome, { rep, position, of: cellReps });
       }
     }
+  }
+  if ((!only || only.includes("C")) && !stopping) {
+    serverCost = await benchServerCost(
+      ports,
+      (workload) =>
+        workload === "W3"
+          ? [...IMPLS, ...(notify ? NOTIFY_IMPLS : [])]
+          : IMPLS.filter((impl) => workload !== "W4" || impl.multiResource),
+      {
+        quick,
+        waitOf: (impl) =>
+          impl.role !== "x" ? undefined : NOTIFY_IMPLS.includes(impl) ? "notify" : "poll",
+      },
+    );
   }
   if ((!only || only.includes("S")) && !stopping) {
     semaphores = await benchSemaphores(three.ports, {
@@ -360,6 +387,7 @@ if (!only || only.includes("H")) {
   targets.push(...handles.targets);
 }
 
+if (serverCost) sections.push(serverCost.section);
 if (semaphores) {
   sections.push(semaphores.section);
   targets.push(...semaphores.targets);
@@ -415,6 +443,11 @@ const report = {
   summaries,
   targets,
   ...(semaphores ? { semaphores: semaphores.samples } : {}),
+  ...(serverCost
+    ? {
+      serverCost: serverCost.rows.map((r) => ({ cell: r.cell, impl: r.impl.id, ...r.cost })),
+    }
+    : {}),
 };
 await Deno.mkdir(jsonPath.replace(/\/[^/]*$/, "") || ".", { recursive: true });
 await Deno.writeTextFile(jsonPath, JSON.stringify(report, null, 2) + "\n");
@@ -464,7 +497,53 @@ if (chartGroups.length > 0) {
     }),
   );
 }
-console.log(`\nwrote ${jsonPath}${chartGroups.length ? ` and ${svgPath}` : ""}`);
+if (serverCost) {
+  await Deno.writeTextFile(
+    costSvgPath,
+    renderChart({
+      title: "What a lock costs the servers ÷ the floor's (lower is better)",
+      subtitle: "Command time per acquire + release (W3: per grant), summed over the servers, " +
+        "÷ the floor on the same client",
+      series: SERIES.filter((s) => s.id !== "x-ioredis-notify" || notify),
+      groups: costGroups(serverCost),
+      reference: { value: 1, label: "floor = 1.00" },
+      footer: [
+        `Least per lock over interleaved slices (INFO commandstats usec), ${
+          finished.toISOString().slice(0, 10)
+        }${quick ? ", quick run" : ""}; commands and CPU are in the table.`,
+        `Machine: ${machineLine(machine)}.`,
+      ],
+    }),
+  );
+}
+console.log(
+  `\nwrote ${jsonPath}${chartGroups.length ? ` and ${svgPath}` : ""}${
+    serverCost ? ` and ${costSvgPath}` : ""
+  }`,
+);
+
+/** The server-cost chart's groups: each cell's command time ÷ the floor's. */
+function costGroups(cost: ServerCost): Group[] {
+  const cells = [...new Set(cost.rows.map((r) => r.cell))];
+  return cells.map((cell) => ({
+    label: cell,
+    bars: SERIES.flatMap((s): Bar[] => {
+      const row = cost.rows.find((r) => r.cell === cell && r.impl.id === s.id);
+      if (!row) {
+        return cell.startsWith("W3") || !s.id.endsWith("-notify")
+          ? [{ series: s.id, value: null, note: "n/a" }]
+          : [];
+      }
+      const floor = cost.rows.find((r) =>
+        r.cell === cell && r.impl.id === `floor-${row.impl.client}`
+      );
+      if (row.cost.error || !floor || floor.cost.error) {
+        return [{ series: s.id, value: null, note: "failed" }];
+      }
+      return [{ series: s.id, value: row.cost.usec / floor.cost.usec }];
+    }),
+  }));
+}
 
 if (semaphores?.unsafe) {
   console.error(
