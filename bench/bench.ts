@@ -324,17 +324,27 @@ for (const [workload, servers] of [["W1", 1], ["W1", 3], ["W4", 3]] as const) {
       ),
     );
   }
-  targets.push(
-    ratioTarget(
-      `${workload}·${servers} ${X.label} ÷ node-redlock`,
-      results.ratio(cell, X, NODE_REDLOCK),
-      1.05,
-    ),
-  );
+  // Level with node-redlock in every uncontended cell; 1.05× is the goal beyond.
+  for (const min of [1, 1.05]) {
+    targets.push(
+      ratioTarget(
+        `${workload}·${servers} ${X.label} ÷ node-redlock`,
+        results.ratio(cell, X, NODE_REDLOCK),
+        min,
+      ),
+    );
+  }
 }
 for (const servers of [1, 3]) {
   const cell = cellOf("W2", servers);
   if (!cell) continue;
+  targets.push(
+    ratioTarget(
+      `W2·${servers} ${X.label} ÷ node-redlock`,
+      results.ratio(cell, X, NODE_REDLOCK),
+      1,
+    ),
+  );
   for (const x of [X, byId("x-node-redis")]) {
     targets.push(
       ratioTarget(
