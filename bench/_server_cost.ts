@@ -10,7 +10,8 @@
  * least time per lock over the slices: a server descheduled in mid-command
  * on a shared machine only ever makes a slice read slower. The contended
  * cell (W3) is 16 workers on one key for a fixed time, between two readings,
- * the least per grant over the repetitions. `INFO` itself is not counted.
+ * the least per grant over the repetitions. `INFO` itself is not counted,
+ * and every reading waits until the servers have run what was sent to them.
  *
  * @module
  */
@@ -43,6 +44,22 @@ export async function readServers(ports: readonly number[]): Promise<Reading> {
     total.cpuUsec += (sys + user) * 1e6;
   }
   return total;
+}
+
+/**
+ * Reads the servers until two readings 10 ms apart agree on the commands
+ * (at most 1 s): a server that fell behind (its requests settled without
+ * it, on a quorum) has then run every command sent to it.
+ */
+export async function settledReading(ports: readonly number[]): Promise<Reading> {
+  let last = await readServers(ports);
+  for (let i = 0; i < 100; i++) {
+    await sleep(10);
+    const next = await readServers(ports);
+    if (next.calls === last.calls) return next;
+    last = next;
+  }
+  return last;
 }
 
 /** Per lock (or grant) between two readings. */
@@ -125,16 +142,14 @@ export async function uncontendedCost(
       for (let k = 0; k < impls.length; k++) {
         const i = (k + turn) % impls.length;
         if (errors[i]) continue;
-        await sleep(5); // replies of the slice before settle on every server
-        const before = await readServers(ports);
+        const before = await settledReading(ports);
         try {
           await locks(opened[i]!, shape.count, shape.width, impls[i]!.id);
         } catch (error) {
           errors[i] = String(error);
           continue;
         }
-        await sleep(5); // the releases' late replies (quorum reached before all answered)
-        slices[i]!.push(per(before, await readServers(ports), shape.count));
+        slices[i]!.push(per(before, await settledReading(ports), shape.count));
       }
     }
   } finally {
@@ -177,11 +192,9 @@ export async function contendedCost(
   };
   try {
     await run(shape.warmMs);
-    await sleep(20);
-    const before = await readServers(ports);
+    const before = await settledReading(ports);
     const grants = await run(shape.ms);
-    await sleep(20);
-    return { ...per(before, await readServers(ports), grants), grants };
+    return { ...per(before, await settledReading(ports), grants), grants };
   } finally {
     await Promise.all(workers.map((w) => w.close()));
   }
