@@ -39,7 +39,7 @@ const SIGNAL_NUMBERS: Readonly<Partial<Record<Deno.Signal, number>>> = { SIGINT:
 
 /** `run`: the command under the lock; see the usage text. */
 export async function run(args: CliArgs, log: Log): Promise<number> {
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   const { redlock } = redis;
   logErrors(redlock, log);
   const interrupt = new AbortController();
@@ -95,7 +95,7 @@ export async function run(args: CliArgs, log: Log): Promise<number> {
 
 /** `lead`: the command on exactly one host at a time; see the usage text. */
 export async function lead(args: CliArgs, log: Log): Promise<number> {
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   const { redlock } = redis;
   logErrors(redlock, log);
   const shutdown = new AbortController();
@@ -141,7 +141,7 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
 
 /** `status`: held or free, and for how long. */
 export async function status(args: CliArgs, log: Log): Promise<number> {
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   try {
     const ttl = await redis.redlock.remainingTtlForResource(args.name);
     if (ttl === null) {
