@@ -14,11 +14,18 @@ import {
 } from "../src/protocol/encoding.ts";
 import { ACQUIRE, EXTEND, type LuaScript, RELEASE } from "../src/protocol/scripts.ts";
 import { RW_READ, RW_RELEASE, RW_WRITE } from "../src/protocol/read_write_scripts.ts";
-import { MISMATCH, SEM_ACQUIRE } from "../src/protocol/semaphore_script.ts";
+import { MISMATCH, SEM_ACQUIRE, SEM_EXTEND } from "../src/protocol/semaphore_script.ts";
 import { toVote } from "../src/quorum/servers.ts";
 import { Conflict } from "../src/quorum/votes.ts";
 
-const REFUSING: readonly LuaScript[] = [ACQUIRE, EXTEND, RW_READ, RW_WRITE, SEM_ACQUIRE];
+const REFUSING: readonly LuaScript[] = [
+  ACQUIRE,
+  EXTEND,
+  RW_READ,
+  RW_WRITE,
+  SEM_ACQUIRE,
+  SEM_EXTEND,
+];
 
 /** A Lua pattern of the kinds the encodings use, as a JavaScript RegExp. */
 function luaPattern(pattern: string): RegExp {

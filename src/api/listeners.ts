@@ -18,28 +18,38 @@ const EVENT_TYPES: ReadonlySet<string> = new Set<keyof RedlockEventMap>([
   "lost",
 ]);
 
-/** The listeners of one event target, by type. */
+/**
+ * The listeners of one event target, by type. A `once` listener maps to the
+ * listener that forgets it after its event (see `RedlockEvents`).
+ */
 export class Listeners {
-  readonly #byType = new Map<string, Set<unknown>>();
+  readonly #byType = new Map<string, Map<unknown, EventListener | undefined>>();
 
-  /** A listener of `type` was added. */
-  added(type: string, listener: EventListenerOrEventListenerObject | null): void {
-    if (listener === null) return;
-    let set = this.#byType.get(type);
-    if (set === undefined) this.#byType.set(type, set = new Set());
-    set.add(listener);
+  /** Whether `listener` is listed for `type`. */
+  listed(type: string, listener: unknown): boolean {
+    return this.#byType.get(type)?.has(listener) === true;
   }
 
-  /** A listener of `type` was removed. */
-  removed(type: string, listener: EventListenerOrEventListenerObject | null): void {
-    this.#byType.get(type)?.delete(listener);
+  /** A listener of `type` was added; `forget` is what forgets a `once` listener. */
+  added(type: string, listener: unknown, forget: EventListener | undefined): void {
+    let listeners = this.#byType.get(type);
+    if (listeners === undefined) this.#byType.set(type, listeners = new Map());
+    listeners.set(listener, forget);
+  }
+
+  /** A listener of `type` was removed; returns what forgot it if it was `once`. */
+  removed(type: string, listener: unknown): EventListener | undefined {
+    const listeners = this.#byType.get(type);
+    const forget = listeners?.get(listener);
+    listeners?.delete(listener);
+    return forget;
   }
 
   /** Whether anybody listens for `type`. */
   has(type: string): boolean {
     if (this.#byType.size === 0) return false;
-    const set = this.#byType.get(type);
-    return set !== undefined && set.size > 0;
+    const listeners = this.#byType.get(type);
+    return listeners !== undefined && listeners.size > 0;
   }
 }
 

@@ -120,10 +120,9 @@ export class Redlock extends RedlockEvents implements LockOwner {
   }
 
   /**
-   * Acquires a lock on `resources` for `duration` ms, retrying while another
-   * holder has it: at most `retryCount + 1` attempts, sleeping at most
-   * `retryDelay + retryJitter` between two of them (less when a release
-   * wakes it), and never longer than `options.timeout` in all.
+   * Acquires a lock on `resources` for `duration` ms, retrying while another holder has it:
+   * at most `retryCount + 1` attempts, sleeping at most `retryDelay + retryJitter` between
+   * two (less when a release wakes it), and never longer than `options.timeout` in all.
    *
    * @param resources A resource (Redis key) or several, locked all or none.
    * @param duration The lease in ms: an integer from 1 to 2^31 − 1.
@@ -275,8 +274,10 @@ export class Redlock extends RedlockEvents implements LockOwner {
    *
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
-   * @param options Per-call overrides; `signal` aborts the wait for the lock
-   * and is combined with the routine's signal.
+   * @param options Per-call overrides; `signal` aborts the wait for the lock and is combined
+   * with the routine's signal. When it aborts after the lock was taken but before the
+   * routine started, the lock is released, the routine never runs and the call rejects
+   * with `signal.reason`.
    * @param routine The work to do; gets a signal and the current lock.
    * @returns What the routine returns.
    * @throws {TypeError} On a bad argument or an unknown option, before any request.
@@ -347,8 +348,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.acquire("a", 1_000);
-   * if (await redlock.isValid(lock)) console.log("still mine");
+   * console.log(await redlock.isValid(await redlock.acquire("a", 1_000)));
    * ```
    */
   async isValid(lock: Lock, options?: InspectOptions): Promise<boolean> {
@@ -452,11 +452,12 @@ export class Redlock extends RedlockEvents implements LockOwner {
    *
    * @param name The name of the leadership (one Redis key).
    * @param duration The lease in ms, renewed before it ends.
-   * @param routine The leader's work for one term; `context.term` is a
-   * fencing token that strictly increases from leader to leader.
-   * @param options Per-call overrides and the signal that stops campaigning.
-   * @returns A promise that resolves once `options.signal` aborted, the
-   * routine settled and the lock was released.
+   * @param routine The leader's work for one term; `context.term` is a fencing token
+   * that strictly increases from leader to leader.
+   * @param options Per-call overrides and the signal that stops campaigning (an abort
+   * between a won campaign and its routine's start releases the lock, the routine unrun).
+   * @returns A promise that resolves once `options.signal` aborted, the routine settled
+   * and the lock was released.
    * @throws {TypeError} On a bad argument, before any request.
    * @throws {RangeError} On an out-of-range argument, before any request.
    *
@@ -487,8 +488,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const rw = redlock.readWriteLock("doc:42");
-   * await using _ = await rw.read(5_000);
+   * await using _ = await redlock.readWriteLock("doc:42").read(5_000);
    * ```
    */
   readWriteLock(name: string): ReadWriteLock {

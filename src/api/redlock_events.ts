@@ -92,7 +92,20 @@ export class RedlockEvents extends EventTarget {
     options?: boolean | AddEventListenerOptions,
   ): void {
     super.addEventListener(type, listener, options);
-    this.#listeners.added(type, listener);
+    const { once = false, signal } = typeof options === "object" ? options : {};
+    // The platform drops these without calling removeEventListener(): the
+    // list must not keep them, or events would be made for nobody.
+    if (listener === null || signal?.aborted) return;
+    if (this.#listeners.listed(type, listener)) return; // added already: the platform ignored it
+    let forget: EventListener | undefined;
+    if (once) {
+      forget = () => this.#listeners.removed(type, listener);
+      super.addEventListener(type, forget, { once: true });
+    }
+    this.#listeners.added(type, listener, forget);
+    signal?.addEventListener("abort", () => this.removeEventListener(type, listener), {
+      once: true,
+    });
   }
 
   /**
@@ -108,7 +121,8 @@ export class RedlockEvents extends EventTarget {
     options?: boolean | EventListenerOptions,
   ): void {
     super.removeEventListener(type, listener, options);
-    this.#listeners.removed(type, listener);
+    const forget = this.#listeners.removed(type, listener);
+    if (forget !== undefined) super.removeEventListener(type, forget);
   }
 
   /**

@@ -34,13 +34,21 @@ export class CliRedis implements AsyncDisposable {
    *
    * @param urls One URL per independent server.
    * @param lease The lease the CLI locks for, in ms: bounds the request timeout.
+   * @param ca CA certificates (PEM) that `rediss://` servers are checked against instead of
+   *   the system's.
    */
-  static async connect(urls: readonly string[], lease: number): Promise<CliRedis> {
+  static async connect(
+    urls: readonly string[],
+    lease: number,
+    ca?: string | undefined,
+  ): Promise<CliRedis> {
     const clients = urls.map((url) => {
+      const socket = { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS };
       const client = createClient({
         url,
         disableOfflineQueue: true,
-        socket: { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS },
+        // A rediss:// URL turns TLS on; the CA then replaces the system's.
+        socket: ca === undefined ? socket : { ...socket, ca },
       });
       client.on("error", () => {}); // each failed request is a Redlock "error" event already
       return client;

@@ -7,6 +7,7 @@ import { checkLock, Lock, type LockOwner } from "../api/lock.ts";
 import type { ExtendOptions } from "../api/options.ts";
 import { checkDuration } from "../util/validate.ts";
 import { EXTEND, extendCall, FENCE, fenceCall } from "../protocol/scripts.ts";
+import { type PermitTerms, SEM_EXTEND, semExtendCall } from "../protocol/semaphore_script.ts";
 import { type Send, type Servers, show } from "../quorum/servers.ts";
 import { round } from "../quorum/round.ts";
 import { checkCallOptions, checkSettings, type Settings } from "../api/settings.ts";
@@ -27,7 +28,7 @@ export interface ExtendRequest {
   readonly timeout?: number | undefined;
   /** What the new lock is owned by (the Redlock, or the handle that made it). */
   readonly owner: LockOwner;
-  /** Asks one server; its reply is a vote, as EXTEND's. By default EXTEND of the lock's keys. */
+  /** Asks one server; its reply is a vote, as EXTEND's (by default EXTEND, see `extend()`). */
   readonly send?: Send | undefined;
 }
 
@@ -62,14 +63,35 @@ export function extendLock(context: LockContext, request: ExtendRequest): Promis
   });
 }
 
+/** Semaphore permits among the locks, with their terms: their extension renews the permits key. */
+const permits = new WeakMap<Lock, PermitTerms>();
+
+/** Marks `lock` as a permit of a semaphore, so that extending it renews the permits key. */
+export function markPermit(lock: Lock, terms: PermitTerms): Lock {
+  permits.set(lock, terms);
+  return lock;
+}
+
+/** EXTEND on the lock's resources; SEM_EXTEND for a permit. */
+function extender(servers: Servers, request: ExtendRequest): Send {
+  const { lock, duration, onlyIfLocked } = request;
+  const terms = permits.get(lock);
+  if (terms === undefined) {
+    return servers.sender(EXTEND, extendCall(lock.resources, lock.value, duration, onlyIfLocked));
+  }
+  const call = semExtendCall(lock.resources[0]!, terms, lock.value, duration, onlyIfLocked);
+  return servers.sender(SEM_EXTEND, call);
+}
+
 /**
  * Extends a lock to `duration` ms from the start of the successful attempt,
  * retrying as the settings say; the new lock has the same value and token.
+ * `request.send` asks one server (by default EXTEND on the lock's resources,
+ * or SEM_EXTEND for a permit); its reply is a vote, as EXTEND's.
  */
 export async function extend(servers: Servers, request: ExtendRequest): Promise<Lock> {
   const { lock, duration, settings, onlyIfLocked, signal, owner } = request;
-  const send = request.send ??
-    servers.sender(EXTEND, extendCall(lock.resources, lock.value, duration, onlyIfLocked));
+  const send = request.send ?? extender(servers, request);
   signal?.throwIfAborted();
   const attempts: ExecutionStats[] = [];
   const what = `extend of ${show(lock.resources)}`;
@@ -82,7 +104,7 @@ export async function extend(servers: Servers, request: ExtendRequest): Promise<
     attempts.push(ballot.stats);
     const until = validUntil(start, duration, settings.driftFactor);
     if (ballot.ok && until > ballot.end) {
-      return new Lock({
+      const extended = new Lock({
         owner,
         resources: lock.resources,
         value: lock.value,
@@ -90,6 +112,8 @@ export async function extend(servers: Servers, request: ExtendRequest): Promise<
         validUntil: until,
         fencingToken: lock.fencingToken,
       });
+      const terms = permits.get(lock);
+      return terms === undefined ? extended : markPermit(extended, terms);
     }
     if (ballot.stats.votesAgainst.conflicts > servers.members.length - servers.quorum) {
       throw new LockLostError(`${what} failed: the lock is no longer ours`, attempts);

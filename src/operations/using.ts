@@ -62,10 +62,21 @@ export function plainPlan(
 /**
  * Acquires as `plan` says, runs `routine` while the lock is renewed
  * `plan.threshold` ms before it ends, then releases it; a failed release
- * goes to `plan.report`.
+ * goes to `plan.report`. When `plan.signal` aborted by the time the lock is
+ * had, the routine never starts: the lock is released and the promise
+ * rejects with the signal's reason, as an aborted acquire.
  */
 export async function using<T>(routine: UsingRoutine<T>, plan: UsingPlan): Promise<T> {
   const lock = await plan.acquire();
+  const { signal } = plan;
+  if (signal?.aborted) {
+    try {
+      await plan.release(lock);
+    } catch (error) {
+      plan.report(error);
+    }
+    throw signal.reason;
+  }
   const extension = new AutoExtension(lock, plan.threshold, plan.extend, plan.signal);
   try {
     return await routine(extension.signal, extension.context);

@@ -32,7 +32,7 @@ import {
   type Refusal,
 } from "./contend.ts";
 import { extensionThreshold } from "../operations/auto_extend.ts";
-import { extendLock } from "../operations/extend.ts";
+import { extendLock, markPermit } from "../operations/extend.ts";
 import { using, usingArguments } from "../operations/using.ts";
 import { checkKeys, KNOWN } from "../api/settings.ts";
 import { within } from "../util/delay.ts";
@@ -470,13 +470,15 @@ class PermitAcquire implements Contender {
   }
 
   #permit(slot: number, until: number): Lock {
-    return new Lock({
+    const { name, permits } = this.#semaphore;
+    const permit = new Lock({
       owner: this.#context.owner,
-      resources: [slotKey(this.#semaphore.name, slot)],
+      resources: [slotKey(name, slot)],
       value: this.#request.value,
       attempts: this.#attempts,
       validUntil: until,
     });
+    return markPermit(permit, { name, permits });
   }
 
   /**
