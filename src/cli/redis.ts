@@ -46,14 +46,21 @@ export class CliRedis implements AsyncDisposable {
   readonly redlock: Redlock;
   /** ms each request may take, and the most a server that does not answer costs. */
   readonly requestTimeout: number;
+  /**
+   * ms from the first connection attempt until every server had connected
+   * or failed, or the request timeout passed (creating the clients, which
+   * takes a while of its own, is not counted).
+   */
+  readonly connectMs: number;
   readonly #servers: readonly Server[];
   /** The latest cause of each server's failed request. */
   readonly #failed = new Map<number, string>();
   #quiet = false;
 
-  private constructor(servers: readonly Server[], requestTimeout: number) {
+  private constructor(servers: readonly Server[], requestTimeout: number, connectMs: number) {
     this.#servers = servers;
     this.requestTimeout = requestTimeout;
+    this.connectMs = connectMs;
     this.redlock = new Redlock(servers.map((s) => s.client), { requestTimeout });
     this.redlock.on("error", (error, event) => {
       if (event.server >= 0) this.#failed.set(event.server, this.#cause(event.server, error));
@@ -73,11 +80,13 @@ export class CliRedis implements AsyncDisposable {
   static async connect(urls: readonly string[], lease: number): Promise<CliRedis> {
     const requestTimeout = requestTimeoutFor(lease);
     const servers = urls.map(server);
+    const start = performance.now();
     for (const s of servers) s.client.connect().catch(() => {}); // failures come as "error" events
     let timer: ReturnType<typeof setTimeout> | undefined;
     const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, requestTimeout)));
     await Promise.race([Promise.all(servers.map((s) => s.settled)), late]);
     clearTimeout(timer);
+    const connectMs = performance.now() - start;
     // A rediss:// server that did not finish TLS in time: does it speak plain text?
     await Promise.all(servers.map(async (s) => {
       if (s.url.protocol !== "rediss:" || s.client.isReady) return;
@@ -86,7 +95,7 @@ export class CliRedis implements AsyncDisposable {
           "TLS expected, but the server answers in plain text (use redis:// or its TLS port)";
       }
     }));
-    return new CliRedis(servers, requestTimeout);
+    return new CliRedis(servers, requestTimeout, connectMs);
   }
 
   /** The cause of server `index`'s failed request, its connection's when it is offline. */
