@@ -45,8 +45,24 @@ export interface Outcome {
   stderr: string;
 }
 
-/** What a spawned CLI printed and its exit status. */
-export async function outcome(child: Deno.ChildProcess): Promise<Outcome> {
+/** Sends SIGKILL to `child` after `ms` unless disposed first, so that no wait on it is unbounded. */
+export function deadline(child: Deno.ChildProcess, ms: number): Disposable {
+  const timer = setTimeout(() => {
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // exited
+    }
+  }, ms);
+  return { [Symbol.dispose]: () => clearTimeout(timer) };
+}
+
+/**
+ * What a spawned CLI printed and its exit status; after `ms` it is killed
+ * (and its status, 137, fails the test's assertion).
+ */
+export async function outcome(child: Deno.ChildProcess, ms = 60_000): Promise<Outcome> {
+  using _deadline = deadline(child, ms);
   const { code, stdout, stderr } = await child.output();
   return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };
 }
@@ -74,11 +90,27 @@ export async function lines(path: string): Promise<string[]> {
   return text.split("\n").filter(Boolean);
 }
 
-export async function waitForLines(path: string, count: number, ms: number): Promise<string[]> {
+/**
+ * Resolves with the lines of `path` once it has `count`; throws after `ms`,
+ * or as soon as `child` (the CLI that should write them) exits, with what
+ * it said.
+ */
+export async function waitForLines(
+  path: string,
+  count: number,
+  ms: number,
+  child?: Deno.ChildProcess,
+): Promise<string[]> {
+  let exited: number | undefined;
+  child?.status.then((s) => (exited = s.code));
   const deadline = performance.now() + ms;
   while (performance.now() < deadline) {
     const found = await lines(path);
     if (found.length >= count) return found;
+    if (exited !== undefined) {
+      const said = await new Response(child!.stderr).text().catch(() => "");
+      throw new Error(`the CLI exited ${exited} before ${path} had ${count} lines: ${said}`);
+    }
     await sleep(20);
   }
   throw new Error(`${path}: fewer than ${count} lines after ${ms} ms: ${await lines(path)}`);

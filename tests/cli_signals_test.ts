@@ -22,20 +22,23 @@ const script = (dir: string) =>
 
 Deno.test("cli run: SIGHUP, SIGINT, SIGQUIT and SIGTERM stop the command's whole group, release the lock, exit 128 + N", async () => {
   await using servers = await startServers(3);
-  for (const [signal, number] of Object.entries(NUMBERS) as [Deno.Signal, number][]) {
-    await withTempDir(async (dir) => {
+  // The four at once, each with a lock of its own.
+  const entries = Object.entries(NUMBERS) as [Deno.Signal, number][];
+  await Promise.all(entries.map(([signal, number]) =>
+    withTempDir(async (dir) => {
+      const name = `job-${signal}`;
       const child = spawnCli(servers, [
         "run",
         "--grace",
         "5s",
-        "job",
+        name,
         "--",
         "sh",
         "-c",
         script(dir),
       ]);
       try {
-        await waitForLines(`${dir}/sleep`, 1, 20_000);
+        await waitForLines(`${dir}/sleep`, 1, 30_000, child);
         const [shell] = (await lines(`${dir}/shell`)).map(Number);
         const [sleep] = (await lines(`${dir}/sleep`)).map(Number);
         assert.ok(running(sleep!), `sleep ${sleep} runs`);
@@ -46,8 +49,8 @@ Deno.test("cli run: SIGHUP, SIGINT, SIGQUIT and SIGTERM stop the command's whole
         assert.equal(running(shell!), false, `${signal}: the shell was stopped`);
         assert.equal(running(sleep!), false, `${signal}: its sleep was stopped`);
         assert.deepEqual(await lines(`${dir}/after`), []);
-        const status = await cli(servers, ["status", "job"]);
-        assert.equal(status.stdout, "job: free\n", `${signal}: the lock was released`);
+        const status = await cli(servers, ["status", name]);
+        assert.equal(status.stdout, `${name}: free\n`, `${signal}: the lock was released`);
       } finally {
         try {
           child.kill("SIGKILL");
@@ -55,15 +58,15 @@ Deno.test("cli run: SIGHUP, SIGINT, SIGQUIT and SIGTERM stop the command's whole
           // exited
         }
       }
-    });
-  }
+    })
+  ));
 });
 
 Deno.test("cli run: a lost lock stops the whole group, SIGKILL after --grace for what ignores SIGTERM, exit 76", async () => {
   await using servers = await startServers(3);
   await withTempDir(async (dir) => {
     // A grandchild that ignores SIGTERM; the shell waits for it.
-    const stubborn = `trap '' TERM; echo $$ > ${dir}/stubborn; while :; do sleep 0.05; done`;
+    const stubborn = `trap '' TERM; echo \\$\\$ > ${dir}/stubborn; while :; do sleep 0.05; done`;
     const command = `sh -c "${stubborn}" & wait`;
     const child = spawnCli(servers, [
       "run",
@@ -79,7 +82,7 @@ Deno.test("cli run: a lost lock stops the whole group, SIGKILL after --grace for
     ]);
     const [a, b] = servers.servers;
     try {
-      await waitForLines(`${dir}/stubborn`, 1, 20_000);
+      await waitForLines(`${dir}/stubborn`, 1, 30_000, child);
       const [pid] = (await lines(`${dir}/stubborn`)).map(Number);
       await a!.pause();
       await b!.pause();
@@ -116,7 +119,7 @@ Deno.test("cli run: one Ctrl-C to the foreground group, or one SIGINT to the CLI
         detached: true,
       });
       try {
-        await waitForLines(`${dir}/ready`, 1, 20_000);
+        await waitForLines(`${dir}/ready`, 1, 30_000, child);
         const sent = performance.now();
         Deno.kill(target === "group" ? -child.pid : child.pid, "SIGINT");
         const { code, stderr } = await outcome(child);
@@ -170,7 +173,7 @@ Deno.test("cli lead: SIGHUP and SIGQUIT stop the command's group, release the lo
         script(dir),
       ]);
       try {
-        await waitForLines(`${dir}/sleep`, 1, 20_000);
+        await waitForLines(`${dir}/sleep`, 1, 30_000, child);
         const [sleep] = (await lines(`${dir}/sleep`)).map(Number);
         child.kill(signal);
         const { code, stderr } = await outcome(child);
