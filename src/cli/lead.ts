@@ -141,7 +141,11 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
   }
   await using redis = await CliRedis.connect(args.redis, args.lease);
   redis.logErrors(log);
-  const watching = watch(args, log, redis, state, shutdown);
+  let failure: unknown;
+  const watching = watch(args, log, redis, state, shutdown).catch((error) => {
+    failure = error;
+    shutdown.abort(error);
+  });
   await redis.redlock.lead(
     args.name,
     args.lease,
@@ -149,5 +153,6 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
     { signal: shutdown.signal, automaticExtensionThreshold: threshold(args.lease) },
   );
   await watching;
+  if (failure !== undefined) throw failure;
   return state.gaveUp ? EXIT.UNAVAILABLE : 0;
 }
