@@ -51,8 +51,14 @@ async function sample(servers: RedisServers, lease: number, name: string): Promi
   const dir = await Deno.makeTempDir({ prefix: "redlock-cli-lease-" });
   const clients = servers.ports.map((port) => new Redis({ host: "127.0.0.1", port }));
   const other = new Redlock(clients, { retryDelay: 5, retryJitter: 0 });
-  const command = `trap 'date +%s%3N > ${dir}/term; exit 0' TERM; echo up > ${dir}/up; ` +
-    `while :; do sleep 0.01; done`;
+  // Perl notes the instant SIGTERM arrives in its handler (a shell's trap would fork `date`).
+  const command = [
+    "perl",
+    "-MTime::HiRes=time",
+    "-e",
+    `$SIG{TERM} = sub { open my $f, ">", "${dir}/term"; printf $f "%.1f\\n", time() * 1000; ` +
+    `close $f; exit 0 }; open my $u, ">", "${dir}/up"; print $u "up\\n"; close $u; sleep 1 while 1`,
+  ];
   const cli = new Deno.Command(Deno.execPath(), {
     args: [
       "run",
@@ -65,9 +71,7 @@ async function sample(servers: RedisServers, lease: number, name: string): Promi
       "5s",
       name,
       "--",
-      "sh",
-      "-c",
-      command,
+      ...command,
     ],
     env: { REDLOCK_REDIS: proxies.map((p) => `redis://127.0.0.1:${p.port}`).join(",") },
     stdin: "null",
@@ -82,7 +86,7 @@ async function sample(servers: RedisServers, lease: number, name: string): Promi
     await lock.release();
     const { code, stderr } = await cli.output();
     if (code !== 76) throw new Error(`the CLI exited ${code}: ${new TextDecoder().decode(stderr)}`);
-    return granted - Number(await firstLine(`${dir}/term`, 1_000));
+    return Math.round(granted - Number(await firstLine(`${dir}/term`, 5_000)));
   } finally {
     try {
       cli.kill("SIGKILL");
