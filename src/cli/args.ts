@@ -51,15 +51,25 @@ export interface CliArgs {
   readonly grace: number;
   /** Take a fencing token (`run`; `lead` always does). */
   readonly fencing: boolean;
+  /** The CA certificates (PEM) `rediss://` servers are checked against, from `--tls-ca`. */
+  readonly tlsCa?: string | undefined;
 }
 
 const SUBCOMMANDS: readonly Subcommand[] = ["run", "lead", "status"];
 
 /** Options each subcommand takes; true when it takes a value. */
 const OPTIONS: Readonly<Record<Subcommand, Readonly<Record<string, boolean>>>> = {
-  run: { redis: true, lease: true, wait: true, grace: true, fencing: false, help: false },
-  lead: { redis: true, lease: true, grace: true, help: false },
-  status: { redis: true, help: false },
+  run: {
+    redis: true,
+    "tls-ca": true,
+    lease: true,
+    wait: true,
+    grace: true,
+    fencing: false,
+    help: false,
+  },
+  lead: { redis: true, "tls-ca": true, lease: true, grace: true, help: false },
+  status: { redis: true, "tls-ca": true, help: false },
 };
 
 const DEFAULT_LEASE: Readonly<Record<Subcommand, string>> = {
@@ -125,6 +135,21 @@ function checkUrl(url: string): void {
       `--redis must be a redis:// or rediss:// URL with a host, got "${redactUrl(url)}"`,
     );
   }
+}
+
+/** The PEM text of `--tls-ca FILE` (or `REDLOCK_TLS_CA`), or undefined when not given. */
+function readCa(file: string | undefined): string | undefined {
+  if (file === undefined || file === "") return undefined;
+  let pem: string;
+  try {
+    pem = Deno.readTextFileSync(file);
+  } catch (error) {
+    throw new UsageError(`--tls-ca cannot read "${file}": ${(error as Error).message}`);
+  }
+  if (!pem.includes("-----BEGIN CERTIFICATE-----")) {
+    throw new UsageError(`--tls-ca must be a file of PEM certificates, got "${file}"`);
+  }
+  return pem;
 }
 
 /** The arguments of a subcommand, sorted but not yet checked. */
@@ -227,14 +252,15 @@ function resolve(
   const wait = waitText === undefined ? 0 : parseDuration(waitText, "--wait", 0);
   const grace = parseDuration(once("grace") ?? "10s", "--grace", 0);
   const fencing = scanned.values.has("fencing");
-  return { subcommand, redis, name, command, lease, wait, grace, fencing };
+  const tlsCa = readCa(once("tls-ca") ?? env("REDLOCK_TLS_CA"));
+  return { subcommand, redis, name, command, lease, wait, grace, fencing, tlsCa };
 }
 
 /**
  * Parses the command line (without the program name).
  *
  * @param args The arguments.
- * @param env Reads `REDLOCK_REDIS`.
+ * @param env Reads `REDLOCK_REDIS` and `REDLOCK_TLS_CA`.
  * @returns The subcommand's arguments, or a request for help or the version.
  * @throws {UsageError} On anything it cannot use: an unknown option (one dash
  * or two), not exactly one NAME, a missing `--` before the command.

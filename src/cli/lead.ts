@@ -139,7 +139,7 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
     log((error as SpawnError).message);
     return (error as SpawnError).status;
   }
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   redis.logErrors(log);
   let failure: unknown;
   const watching = watch(args, log, redis, state, shutdown).catch((error) => {

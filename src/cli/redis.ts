@@ -75,11 +75,17 @@ export class CliRedis implements AsyncDisposable {
    *
    * @param urls One URL per independent server.
    * @param lease The lease the CLI locks for, in ms: bounds the request timeout.
+   * @param ca CA certificates (PEM) that `rediss://` servers are checked against instead of
+   *   the system's.
    * @returns The connected Redlock.
    */
-  static async connect(urls: readonly string[], lease: number): Promise<CliRedis> {
+  static async connect(
+    urls: readonly string[],
+    lease: number,
+    ca?: string | undefined,
+  ): Promise<CliRedis> {
     const requestTimeout = requestTimeoutFor(lease);
-    const servers = urls.map(server);
+    const servers = urls.map((url) => server(url, ca));
     const start = performance.now();
     for (const s of servers) s.client.connect().catch(() => {}); // failures come as "error" events
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -160,12 +166,14 @@ export class CliRedis implements AsyncDisposable {
   }
 }
 
-/** A client for `url` (not yet connecting) that notes why its connection fails. */
-function server(url: string): Server {
+/** A client for `url` (not yet connecting, `ca` for TLS) that notes why its connection fails. */
+function server(url: string, ca: string | undefined): Server {
+  const socket = { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS };
   const client = createClient({
     url,
     disableOfflineQueue: true,
-    socket: { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS },
+    // A rediss:// URL turns TLS on; the CA then replaces the system's.
+    socket: ca === undefined ? socket : { ...socket, ca },
   });
   const parsed = new URL(url);
   const s: { -readonly [K in keyof Server]: Server[K] } = {

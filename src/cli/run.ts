@@ -111,7 +111,7 @@ export async function run(args: CliArgs, log: Log): Promise<number> {
     log((error as SpawnError).message);
     return (error as SpawnError).status;
   }
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   redis.logErrors(log);
   const wait = args.wait === 0 ? { retryCount: 0 } : { retryCount: -1, timeout: args.wait };
   try {

@@ -17,7 +17,7 @@ import { EXIT } from "./usage.ts";
  * @returns The exit status.
  */
 export async function status(args: CliArgs, log: Log): Promise<number> {
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   try {
     const ttl = await redis.redlock.remainingTtlForResource(args.name);
     if (ttl === null) {

@@ -59,7 +59,9 @@ after --grace, and the lock is released once the command has exited.`;
 
 const REDIS_OPTION =
   `  --redis URL     a Redis server: redis://[user:password@]host:port[/db] or rediss://…;
-                  repeat for each independent server (default: REDLOCK_REDIS=url,url,…)`;
+                  repeat for each independent server (default: REDLOCK_REDIS=url,url,…)
+  --tls-ca FILE   trust the CA certificates in FILE (PEM) for rediss:// servers,
+                  instead of the system's (default: REDLOCK_TLS_CA=FILE)`;
 
 const DURATIONS = "Durations: 500ms, 30s, 5m, 1h.";
 

@@ -9,6 +9,7 @@
 import type { Lock } from "../api/lock.ts";
 import type { UsingContext, UsingOptions } from "../api/options.ts";
 import type { Redlock } from "../api/redlock.ts";
+import { PermissionError } from "../api/errors.ts";
 import { delay } from "../util/delay.ts";
 import { checkDuration, describeValue } from "../util/validate.ts";
 
@@ -110,8 +111,10 @@ class Campaign {
       this.#failures = 0;
     } catch (error) {
       if (this.#signal?.aborted && (!started || error === this.#signal.reason)) return started;
-      // Bad arguments surface before any request, on the first campaign.
+      // Bad arguments surface before any request, on the first campaign; a missing ACL rule
+      // (PermissionError) would refuse every campaign alike.
       if (!started && (error instanceof TypeError || error instanceof RangeError)) throw error;
+      if (!started && error instanceof PermissionError) throw error;
       this.#failures++;
       this.#redlock.reportError(error);
     }
@@ -150,6 +153,7 @@ class Campaign {
  * routine settled and the lock was released.
  * @throws {TypeError} On a bad argument, before any request.
  * @throws {RangeError} On an out-of-range argument, before any request.
+ * @throws {PermissionError} When the servers refuse a campaign for a missing ACL rule (`NOPERM`).
  *
  * @example Leading until the process is told to stop
  * ```ts no-eval
