@@ -113,9 +113,12 @@ export class ResourceLockedError extends ExecutionError {
  * ```ts no-eval
  * import { LockLostError } from "@x/redlock";
  * // await redlock.using("resource", 5_000, async (signal) => {
- * //   signal.addEventListener("abort", () => {
+ * //   const onAbort = () => {
  * //     if (signal.reason instanceof LockLostError) console.log("lost it");
- * //   });
+ * //   };
+ * //   // (an abort that fired already never fires again: check it first)
+ * //   if (signal.aborted) onAbort();
+ * //   else signal.addEventListener("abort", onAbort, { once: true });
  * // });
  * console.log(LockLostError.name);
  * ```

@@ -6,6 +6,7 @@
  */
 
 import { ExecutionError, LockLostError } from "../api/errors.ts";
+import { onAbort } from "../util/abort.ts";
 import { delay } from "../util/delay.ts";
 import type { CliArgs } from "./args.ts";
 import { checkProgram, Child, SignalTrap, type SpawnError } from "./child.ts";
@@ -54,10 +55,9 @@ async function term(
     );
     stopping = child.stop(typeof reason === "string" ? reason as Deno.Signal : "SIGTERM");
   };
-  if (signal.aborted) stop();
-  else signal.addEventListener("abort", stop, { once: true });
+  const unlisten = onAbort(signal, stop);
   const status = await child.status;
-  signal.removeEventListener("abort", stop);
+  unlisten();
   if (stopping === undefined && child.running) stopping = child.stop();
   await stopping;
   state.child = undefined;

@@ -6,6 +6,7 @@
  */
 
 import { ExecutionError, LockLostError, ResourceLockedError } from "../api/errors.ts";
+import { onAbort } from "../util/abort.ts";
 import type { CliArgs } from "./args.ts";
 import { checkProgram, Child, SIGNAL_NUMBERS, SignalTrap, SpawnError } from "./child.ts";
 import { CliRedis, type Log } from "./redis.ts";
@@ -51,10 +52,9 @@ async function underLock(
     log(`${why} "${args.name}": stopping the command`);
     state.stopping ??= child.stop();
   };
-  if (signal.aborted) lost();
-  else signal.addEventListener("abort", lost, { once: true });
+  const unlisten = onAbort(signal, lost);
   const status = await child.status;
-  signal.removeEventListener("abort", lost);
+  unlisten();
   if (state.stopping === undefined && child.running) {
     log("the command left processes running in its group: stopping them");
     state.stopping = child.stop();

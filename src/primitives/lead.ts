@@ -18,7 +18,9 @@ export interface LeadOptions extends Omit<UsingOptions, "fencing" | "retryCount"
   /**
    * Stops campaigning. The leader's routine sees the abort through its own
    * signal; `lead()` resolves once the routine has settled and the lock is
-   * released. Without a signal, `lead()` campaigns for ever.
+   * released. An abort after a campaign won the lock but before its routine
+   * started releases the lock without running the routine. Without a
+   * signal, `lead()` campaigns for ever.
    *
    * @default {undefined}
    */
@@ -163,9 +165,11 @@ class Campaign {
  * Deno.addSignalListener("SIGTERM", () => shutdown.abort());
  * await lead(redlock, "scheduler", 10_000, async (signal, { term }) => {
  *   console.log(`leading, term ${term}`);
- *   if (!signal.aborted) {
- *     await new Promise((resolve) => signal.addEventListener("abort", resolve));
- *   }
+ *   // (an abort that fired already never fires again: check it first)
+ *   await new Promise((resolve) => {
+ *     if (signal.aborted) resolve(undefined);
+ *     else signal.addEventListener("abort", resolve, { once: true });
+ *   });
  * }, { signal: shutdown.signal });
  * ```
  */
