@@ -13,7 +13,16 @@ const CONNECT_MS = 1_000;
 /** ms between reconnect attempts to a server that went away. */
 const RECONNECT_MS = 100;
 
-type Client = ReturnType<typeof createClient>;
+type Client = ReturnType<typeof newClient>;
+
+/** A node-redis client for `url` that fails requests at once while disconnected. */
+function newClient(url: string) {
+  return createClient({
+    url,
+    disableOfflineQueue: true,
+    socket: { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS },
+  });
+}
 
 /** A Redlock over one node-redis client per URL; disposing closes the clients. */
 export class CliRedis implements AsyncDisposable {
@@ -37,11 +46,7 @@ export class CliRedis implements AsyncDisposable {
    */
   static async connect(urls: readonly string[], lease: number): Promise<CliRedis> {
     const clients = urls.map((url) => {
-      const client = createClient({
-        url,
-        disableOfflineQueue: true,
-        socket: { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS },
-      });
+      const client = newClient(url);
       client.on("error", () => {}); // each failed request is a Redlock "error" event already
       return client;
     });
