@@ -55,6 +55,10 @@ export interface CliArgs {
   readonly redis: readonly string[];
   /** The lock's name (a Redis key). */
   readonly name: string;
+  /** Every name given (`status` takes several). */
+  readonly names: readonly string[];
+  /** `status`: print JSON for scripts. */
+  readonly json: boolean;
   /** The command and its arguments (`run` and `lead`). */
   readonly command: readonly string[];
   /** ms of the lease, extended while the command runs. */
@@ -72,7 +76,7 @@ const EXIT_STATUSES = `Exit status:
           ${EXIT.NOT_LOCKED} the lock could not be had within --wait;
           ${EXIT.LOST} the lock was lost, and the command was stopped (SIGTERM, SIGKILL after --grace)
   lead    0 after SIGINT/SIGTERM stopped it (the command is stopped and the lock released)
-  status  ${EXIT.FREE} free, ${EXIT.HELD} held
+  status  ${EXIT.FREE} every name free, ${EXIT.HELD} one held
   all     ${EXIT.USAGE} bad arguments; ${EXIT.UNAVAILABLE} too few Redis servers answered;
           ${EXIT.NOT_FOUND} / ${EXIT.CANNOT_EXECUTE} the command was not found / not executable;
           ${EXIT.SOFTWARE} an unexpected failure of the CLI`;
@@ -130,13 +134,16 @@ ${REDIS_OPTION}
 Durations: 500ms, 30s, 5m, 1h.
 
 ${EXIT_STATUSES}`,
-  status: `Usage: redlock status [options] NAME
+  status: `Usage: redlock status [options] NAME...
 
-Tells whether the lock NAME is held on a majority of the Redis servers, and
-for how long. Exit status ${EXIT.FREE} when free, ${EXIT.HELD} when held.
+Tells whether each lock NAME is held on a majority of the Redis servers and
+for how long, then per server: its TTL (never the value), the waiters and
+the fencing counter; a read-write lock's writer or readers; a semaphore's
+permits in use. Exit status ${EXIT.FREE} when every name is free, ${EXIT.HELD} when one is held.
 
 Options:
 ${REDIS_OPTION}
+      --json      one JSON object per name, one line each
   -h, --help      this text
 
 ${EXIT_STATUSES}`,
@@ -162,7 +169,7 @@ export function parseDuration(text: string, option: string, min: number): number
 const OPTIONS: Readonly<Record<Subcommand, Readonly<Record<string, boolean>>>> = {
   run: { redis: true, lease: true, wait: true, grace: true, fencing: false, help: false },
   lead: { redis: true, lease: true, grace: true, help: false },
-  status: { redis: true, help: false },
+  status: { redis: true, json: false, help: false },
 };
 
 const DEFAULT_LEASE: Readonly<Record<Subcommand, string>> = {
@@ -282,13 +289,10 @@ export function parseArgs(
     }
     const [name, ...extra] = positional;
     if (name === undefined || name === "") throw new UsageError("NAME is missing");
-    if (extra.length > 0) {
-      throw new UsageError(
-        subcommand === "status"
-          ? `unexpected argument "${extra[0]}"`
-          : `unexpected argument "${extra[0]}": put the command after --`,
-      );
+    if (extra.length > 0 && subcommand !== "status") {
+      throw new UsageError(`unexpected argument "${extra[0]}": put the command after --`);
     }
+    if (extra.includes("")) throw new UsageError("NAME must not be empty");
     if (subcommand !== "status" && command.length === 0) {
       throw new UsageError("COMMAND is missing (after --)");
     }
@@ -300,6 +304,8 @@ export function parseArgs(
       subcommand,
       redis,
       name,
+      names: positional,
+      json: values.has("json"),
       command,
       lease,
       wait,

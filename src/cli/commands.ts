@@ -10,6 +10,7 @@ import { delay } from "../util/delay.ts";
 import { type CliArgs, EXIT, type Subcommand } from "./args.ts";
 import { Child, SignalTrap, SpawnError } from "./child.ts";
 import { CliRedis } from "./redis.ts";
+import { printStatus } from "./status.ts";
 
 /** Where the CLI's own messages go (stderr, one line each). */
 export type Log = (line: string) => void;
@@ -139,22 +140,12 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
   return 0;
 }
 
-/** `status`: held or free, and for how long. */
+/** `status`: each name's verdict and each server's view; see src/cli/status.ts. */
 export async function status(args: CliArgs, log: Log): Promise<number> {
   await using redis = await CliRedis.connect(args.redis, args.lease);
-  try {
-    const ttl = await redis.redlock.remainingTtlForResource(args.name);
-    if (ttl === null) {
-      console.log(`${args.name}: free`);
-      return EXIT.FREE;
-    }
-    console.log(`${args.name}: held, ${ttl === Infinity ? "without expiry" : `${ttl} ms left`}`);
-    return EXIT.HELD;
-  } catch (error) {
-    if (!(error instanceof ExecutionError)) throw error;
-    log(`too few Redis servers answered to tell whether "${args.name}" is held`);
-    return EXIT.UNAVAILABLE;
-  }
+  const code = await printStatus(redis.redlock, args.redis, args.names, args.json);
+  if (code === EXIT.UNAVAILABLE) log("too few Redis servers answered to tell whether it is held");
+  return code;
 }
 
 /** Each subcommand's implementation. */

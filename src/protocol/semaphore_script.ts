@@ -90,6 +90,22 @@ export function permitsKey(name: string): string {
   return beside(name, "sem:permits");
 }
 
+/**
+ * The wait queue of the semaphore `name`: a sorted set of waiting values
+ * scored by their tickets (first come, first served).
+ */
+export function semQueueKey(name: string): string {
+  return beside(name, "sem:queue");
+}
+
+/**
+ * Until when each queued value of the semaphore `name` is alive: a sorted
+ * set of the values scored by their deadlines in the server's time.
+ */
+export function semAliveKey(name: string): string {
+  return beside(name, "sem:alive");
+}
+
 /** The key of slot `index` of the semaphore `name`. */
 export function slotKey(name: string, index: number): string {
   return beside(name, `sem:${index}`);
