@@ -32,6 +32,7 @@ export function summary(status: NameStatus): string {
   }
   if (parts.length === 0) parts.push(status.verdict === "unknown" ? "unknown" : "free");
   if (lock.waiters > 0) parts.push(waiting(lock.waiters));
+  else if (lock.watched) parts.push("waiters watching");
   if (lock.fencing !== null) parts.push(`fencing counter ${lock.fencing}`);
   const answered = status.servers.filter((s) => s.error === undefined).length;
   if (status.verdict === "unknown") {
@@ -44,8 +45,9 @@ export function summary(status: NameStatus): string {
 export function serverLine(view: ServerStatus, label: string): string {
   const head = `  server ${view.server} ${label}: `;
   if (view.error !== undefined) return `${head}unreachable (${view.error})`;
-  const parts = [view.ttl === null ? "free" : `held, ${left(view.ttl)}`];
+  const parts = view.ttl === null ? [] : [`held, ${left(view.ttl)}`];
   if (view.waiters > 0) parts.push(waiting(view.waiters));
+  else if (view.watched) parts.push("waiters watching");
   if (view.fencing !== null) parts.push(`fencing ${view.fencing}`);
   if (view.writer !== null) parts.push(`writer, ${left(view.writer)}`);
   if (view.readers > 0) parts.push(`${view.readers} reader${view.readers === 1 ? "" : "s"}`);
@@ -54,7 +56,7 @@ export function serverLine(view: ServerStatus, label: string): string {
     parts.push(`slots ${view.slots.length ? view.slots.join(",") : "none"} of ${view.permits}`);
     if (view.semaphoreWaiters > 0) parts.push(`${view.semaphoreWaiters} waiting for permits`);
   }
-  return head + parts.join(", ");
+  return head + (parts.length === 0 ? "free" : parts.join(", "));
 }
 
 /** A server's host and port, without user or password. */

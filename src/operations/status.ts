@@ -25,6 +25,8 @@ export interface ServerStatus {
   readonly ttl: number | null;
   /** Values queued for the lock. */
   readonly waiters: number;
+  /** Whether waiters watch the lock for its release (they are not counted). */
+  readonly watched: boolean;
   /** The lock's fencing counter, or null when it never fenced. */
   readonly fencing: number | null;
   /** The read-write lock's writer (ms left), or null. */
@@ -56,6 +58,7 @@ export interface NameStatus {
     readonly verdict: Verdict;
     readonly ttl: number | null;
     readonly waiters: number;
+    readonly watched: boolean;
     readonly fencing: number | null;
   };
   /** The read-write lock: a writer, readers (on a quorum), or nobody. */
@@ -102,6 +105,7 @@ async function readServer(member: Member, name: string): Promise<ServerStatus> {
     server: member.index,
     ttl: r[0] === -2 ? null : r[0] === -1 ? Infinity : r[0]!,
     waiters: r[1]!,
+    watched: r[2] === 1,
     fencing: r[3]! < 0 ? null : r[3]!,
     writer: held ? (r[5] === -1 ? Infinity : Math.max(r[5]!, 0)) : null,
     readers: r[6]!,
@@ -123,9 +127,13 @@ function quorumth(values: readonly number[], quorum: number): number {
   return [...values].sort((a, b) => b - a)[quorum - 1] ?? 0;
 }
 
+/** The least ms a server is given to tell: a status is one look, not a hot path. */
+const MIN_STATUS_MS = 1_000;
+
 /**
  * Reads what every server holds for `name`, each within the Redlock's
- * `requestTimeout`, and a quorum's verdict on each kind of lock.
+ * `requestTimeout` (at least {@linkcode MIN_STATUS_MS}), and a quorum's
+ * verdict on each kind of lock.
  *
  * @param redlock The Redlock whose servers to read.
  * @param name The lock's name.
@@ -139,10 +147,11 @@ export async function readStatus(redlock: Redlock, name: string): Promise<NameSt
   const { servers, settings } = contextOf(redlock);
   const { quorum } = servers;
   const start = now();
+  const limit = Math.max(settings.requestTimeout, MIN_STATUS_MS);
   const views = await Promise.all(servers.members.map(async (member) => {
     try {
-      const view = await within(readServer(member, name), settings.requestTimeout);
-      if (view === undefined) throw new Error(`no answer within ${settings.requestTimeout} ms`);
+      const view = await within(readServer(member, name), limit);
+      if (view === undefined) throw new Error(`no answer within ${limit} ms`);
       return view;
     } catch (error) {
       return unreachable(member.index, error);
@@ -179,7 +188,13 @@ export async function readStatus(redlock: Redlock, name: string): Promise<NameSt
     name,
     quorum,
     verdict: verdicts.includes("held") ? "held" : verdicts.includes("unknown") ? "unknown" : "free",
-    lock: { verdict: lockVerdict, ttl, waiters: max((v) => v.waiters), fencing },
+    lock: {
+      verdict: lockVerdict,
+      ttl,
+      waiters: max((v) => v.waiters),
+      watched: answered.some((v) => v.watched),
+      fencing,
+    },
     readWrite,
     semaphore,
     servers: views,
@@ -216,6 +231,7 @@ function unreachable(server: number, error: unknown): ServerStatus {
     error: error instanceof Error ? error.message : String(error),
     ttl: null,
     waiters: 0,
+    watched: false,
     fencing: null,
     writer: null,
     readers: 0,
