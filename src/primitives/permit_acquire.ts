@@ -111,7 +111,7 @@ export class FastPermit {
 /**
  * One acquire of `count` permits. A round's votes name sets of slots: for
  * one permit the slot itself, for several an id this acquire gave the set
- * (see {@linkcode PermitAcquire.#idOf}), so that a quorum agreeing on one
+ * (see `#idOf`), so that a quorum agreeing on one
  * set is a quorum agreeing on one number.
  */
 export class PermitAcquire implements Contender {
@@ -165,10 +165,11 @@ export class PermitAcquire implements Contender {
   }
 
   /**
-   * One attempt: a round for the lowest free slot on each server; when no
-   * quorum agrees on one, a round on each slot some server offered, most
-   * offered first, until a quorum holds one. The first may try a round of
-   * `SET NX` of one slot before (see FastPermit); its miss is no attempt.
+   * One attempt: a round for the lowest free `count` slots on each
+   * server; when no quorum agrees on one set, a round on each set some
+   * server offered, most offered first, until a quorum holds one. The
+   * first attempt for one permit may try a round of `SET NX` of one slot
+   * before (see FastPermit); its miss is no attempt.
    */
   async attempt(listening: boolean, sleep: number, signal: AbortSignal | undefined) {
     const servers = this.#servers;
