@@ -70,12 +70,16 @@ export interface CaseResult {
   /** The largest clock offset between a worker and the parent, ± its uncertainty. */
   readonly clock: { readonly offset: number; readonly uncertainty: number };
   readonly failures: Readonly<Record<string, number>>;
-  /** Successful `lock.extend()` calls, and failed ones by error name. */
+  /** Successful extensions of `using()` holds, and failed ones by error name. */
   readonly extensions: number;
+  /** Holds run by `using()`, and those whose routine's signal aborted. */
+  readonly using: { readonly holds: number; readonly aborts: number };
   readonly extensionFailures: Readonly<Record<string, number>>;
   readonly serverErrors: Readonly<Record<string, number>>;
   readonly failedReleases: number;
   readonly errors: readonly string[];
+  /** Rejections nobody handled and errors nobody caught in the workers: each fails the run. */
+  readonly uncaught: readonly string[];
   /** The raw history, for `--out`. */
   readonly history: { readonly holds: readonly Hold[]; readonly calls: readonly AcquireCall[] };
   /** Safety promises the case broke: each fails the run. */
@@ -141,6 +145,12 @@ function judge(
   }
   if (result.hung.length > 0) {
     violations.push(`acquire() did not return in workers ${result.hung.join(", ")}`);
+  }
+  if (result.uncaught.length > 0) {
+    violations.push(
+      `${result.uncaught.length} unhandled rejection(s) or uncaught error(s): ` +
+        result.uncaught.slice(0, 3).join("; "),
+    );
   }
   const stuck = result.late.filter((w) => !result.hung.includes(w));
   if (stuck.length > 0) {
@@ -305,10 +315,12 @@ export async function runCase(
     },
     failures: recorder.failures,
     extensions: recorder.extensions,
+    using: { holds: recorder.usingHolds, aborts: recorder.aborts },
     extensionFailures: recorder.extensionFailures,
     serverErrors: recorder.serverErrors,
     failedReleases: recorder.failedReleases,
     errors: recorder.errors,
+    uncaught: recorder.uncaught,
   };
   return { ...partial, history: { holds, calls: recorder.calls }, ...judge(partial) };
 }

@@ -118,8 +118,11 @@ export class Redlock extends EventTarget implements LockOwner {
   /** How many acquires were made: the second part. */
   #acquires = 0;
   readonly #context: AcquireContext;
-  /** The listeners of each event type, so that no event is made for nobody. */
-  readonly #listeners = new Map<string, Set<unknown>>();
+  /**
+   * The listeners of each event type, so that no event is made for nobody;
+   * a `once` listener maps to the listener that forgets it after its event.
+   */
+  readonly #listeners = new Map<string, Map<unknown, EventListener | undefined>>();
 
   /**
    * Makes a Redlock over independent Redis servers or clusters.
@@ -340,9 +343,14 @@ export class Redlock extends EventTarget implements LockOwner {
 
   /**
    * Acquires a lock, runs `routine` while extending the lock automatically,
-   * and releases it when the routine settles. When an extension fails and
-   * the lock can no longer be valid, the routine's signal aborts with a
-   * {@linkcode LockLostError}; the routine decides what to do.
+   * and releases it when the routine settles. The routine's signal aborts
+   * with a {@linkcode LockLostError} when an extension finds the lock gone,
+   * and at the latest when the lock's validity (monotonic clock, drift
+   * allowance taken off) ends without a successful extension, whatever the
+   * extension requests are still doing: with clocks that drift less than
+   * `driftFactor`, no other client can hold the lock before the signal
+   * aborts (a process stopped past that instant learns it late; fencing
+   * tokens cover that case). The routine decides what to do.
    *
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
@@ -374,7 +382,9 @@ export class Redlock extends EventTarget implements LockOwner {
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
    * @param options Per-call overrides; `signal` aborts the wait for the lock
-   * and is combined with the routine's signal.
+   * and is combined with the routine's signal. When it aborts after the lock
+   * was taken but before the routine started, the lock is released, the
+   * routine never runs and the call rejects with `signal.reason`.
    * @param routine The work to do; gets a signal and the current lock.
    * @returns What the routine returns.
    * @throws {TypeError} On a bad argument or an unknown option, before any request.
@@ -593,10 +603,22 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: boolean | AddEventListenerOptions,
   ): void {
     super.addEventListener(type, listener, options);
-    if (listener === null) return;
-    let set = this.#listeners.get(type);
-    if (set === undefined) this.#listeners.set(type, set = new Set());
-    set.add(listener);
+    const { once = false, signal } = typeof options === "object" ? options : {};
+    // The platform drops these without calling removeEventListener(): the
+    // list must not keep them, or events would be made for nobody.
+    if (listener === null || signal?.aborted) return;
+    let listeners = this.#listeners.get(type);
+    if (listeners === undefined) this.#listeners.set(type, listeners = new Map());
+    if (listeners.has(listener)) return; // added already: the platform ignored it
+    let forget: EventListener | undefined;
+    if (once) {
+      forget = () => listeners.delete(listener);
+      super.addEventListener(type, forget, { once: true });
+    }
+    listeners.set(listener, forget);
+    signal?.addEventListener("abort", () => this.removeEventListener(type, listener), {
+      once: true,
+    });
   }
 
   /**
@@ -612,7 +634,10 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: boolean | EventListenerOptions,
   ): void {
     super.removeEventListener(type, listener, options);
-    this.#listeners.get(type)?.delete(listener);
+    const listeners = this.#listeners.get(type);
+    const forget = listeners?.get(listener);
+    if (forget !== undefined) super.removeEventListener(type, forget);
+    listeners?.delete(listener);
   }
 
   /**
@@ -818,15 +843,19 @@ export class Redlock extends EventTarget implements LockOwner {
    * Campaigns for leadership of `name` until `options.signal` aborts: waits
    * for the lock (woken by its release), runs `routine` while holding it with
    * automatic extension, then releases it and campaigns again. The routine's
-   * signal aborts with a {@linkcode LockLostError} when leadership is lost; a
-   * routine's error is an `"error"` event, and campaigning goes on after a
-   * backoff. See {@linkcode lead}.
+   * signal aborts with a {@linkcode LockLostError} when leadership is lost,
+   * at the latest when the lock's validity ends without a successful
+   * extension (as in {@linkcode Redlock.using}); a routine's error is an
+   * `"error"` event, and campaigning goes on after a backoff. See
+   * {@linkcode lead}.
    *
    * @param name The name of the leadership (one Redis key).
    * @param duration The lease in ms, renewed before it ends.
    * @param routine The leader's work for one term; `context.term` is a
    * fencing token that strictly increases from leader to leader.
-   * @param options Per-call overrides and the signal that stops campaigning.
+   * @param options Per-call overrides and the signal that stops campaigning
+   * (an abort between a won campaign and its routine's start releases the
+   * lock without running the routine).
    * @returns A promise that resolves once `options.signal` aborted, the
    * routine settled and the lock was released.
    * @throws {TypeError} On a bad argument, before any request.
@@ -840,7 +869,11 @@ export class Redlock extends EventTarget implements LockOwner {
    * Deno.addSignalListener("SIGINT", () => shutdown.abort());
    * await redlock.lead("scheduler", 10_000, async (signal, { term }) => {
    *   console.log(`leading in term ${term}`);
-   *   await new Promise((resolve) => signal.addEventListener("abort", resolve));
+   *   // (an abort that fired already never fires again: check it first)
+   *   await new Promise((resolve) => {
+   *     if (signal.aborted) resolve(undefined);
+   *     else signal.addEventListener("abort", resolve, { once: true });
+   *   });
    * }, { signal: shutdown.signal });
    * ```
    */

@@ -69,6 +69,8 @@ export interface CliArgs {
   readonly grace: number;
   /** Take a fencing token (`run`; `lead` always does). */
   readonly fencing: boolean;
+  /** The CA certificates (PEM) `rediss://` servers are checked against, from `--tls-ca`. */
+  readonly tlsCa?: string | undefined;
 }
 
 const EXIT_STATUSES = `Exit status:
@@ -83,7 +85,9 @@ const EXIT_STATUSES = `Exit status:
 
 const REDIS_OPTION =
   `  --redis URL     a Redis server: redis://[user:password@]host:port[/db] or rediss://…;
-                  repeat for each independent server (default: REDLOCK_REDIS=url,url,…)`;
+                  repeat for each independent server (default: REDLOCK_REDIS=url,url,…)
+  --tls-ca FILE   trust the CA certificates in FILE (PEM) for rediss:// servers,
+                  instead of the system's (default: REDLOCK_TLS_CA=FILE)`;
 
 /** The usage of each subcommand, and of the whole. */
 export const USAGE: Readonly<Record<Subcommand | "main", string>> = {
@@ -167,9 +171,17 @@ export function parseDuration(text: string, option: string, min: number): number
 
 /** Options each subcommand takes; true when it takes a value. */
 const OPTIONS: Readonly<Record<Subcommand, Readonly<Record<string, boolean>>>> = {
-  run: { redis: true, lease: true, wait: true, grace: true, fencing: false, help: false },
-  lead: { redis: true, lease: true, grace: true, help: false },
-  status: { redis: true, json: false, help: false },
+  run: {
+    redis: true,
+    "tls-ca": true,
+    lease: true,
+    wait: true,
+    grace: true,
+    fencing: false,
+    help: false,
+  },
+  lead: { redis: true, "tls-ca": true, lease: true, grace: true, help: false },
+  status: { redis: true, "tls-ca": true, json: false, help: false },
 };
 
 const DEFAULT_LEASE: Readonly<Record<Subcommand, string>> = {
@@ -213,11 +225,26 @@ export function redactUrl(url: string): string {
   }
 }
 
+/** The PEM text of `--tls-ca FILE` (or `REDLOCK_TLS_CA`), or undefined when not given. */
+function readCa(file: string | undefined): string | undefined {
+  if (file === undefined || file === "") return undefined;
+  let pem: string;
+  try {
+    pem = Deno.readTextFileSync(file);
+  } catch (error) {
+    throw new UsageError(`--tls-ca cannot read "${file}": ${(error as Error).message}`);
+  }
+  if (!pem.includes("-----BEGIN CERTIFICATE-----")) {
+    throw new UsageError(`--tls-ca must be a file of PEM certificates, got "${file}"`);
+  }
+  return pem;
+}
+
 /**
  * Parses the command line (without the program name).
  *
  * @param args The arguments.
- * @param env Reads `REDLOCK_REDIS`.
+ * @param env Reads `REDLOCK_REDIS` and `REDLOCK_TLS_CA`.
  * @throws {UsageError} On anything it cannot use.
  */
 export function parseArgs(
@@ -300,6 +327,7 @@ export function parseArgs(
     const waitText = once("wait");
     const wait = waitText === undefined ? 0 : parseDuration(waitText, "--wait", 0);
     const grace = parseDuration(once("grace") ?? "10s", "--grace", 0);
+    const tlsCa = readCa(once("tls-ca") ?? env("REDLOCK_TLS_CA"));
     return {
       subcommand,
       redis,
@@ -311,6 +339,7 @@ export function parseArgs(
       wait,
       grace,
       fencing: values.has("fencing"),
+      tlsCa,
     };
   } catch (error) {
     if (error instanceof UsageError && error.subcommand === undefined) {

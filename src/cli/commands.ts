@@ -6,6 +6,7 @@
 
 import { ExecutionError, LockLostError, ResourceLockedError } from "../api/errors.ts";
 import type { Redlock } from "../api/redlock.ts";
+import { onAbort } from "../util/abort.ts";
 import { delay } from "../util/delay.ts";
 import { type CliArgs, EXIT, type Subcommand } from "./args.ts";
 import { Child, SignalTrap, SpawnError } from "./child.ts";
@@ -40,7 +41,7 @@ const SIGNAL_NUMBERS: Readonly<Partial<Record<Deno.Signal, number>>> = { SIGINT:
 
 /** `run`: the command under the lock; see the usage text. */
 export async function run(args: CliArgs, log: Log): Promise<number> {
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   const { redlock } = redis;
   logErrors(redlock, log);
   const interrupt = new AbortController();
@@ -68,9 +69,9 @@ export async function run(args: CliArgs, log: Log): Promise<number> {
         log(`lost the lock "${args.name}": stopping the command`);
         stopping = started.stop();
       };
-      signal.addEventListener("abort", lost, { once: true });
+      const unlisten = onAbort(signal, lost);
       const status = await started.status;
-      signal.removeEventListener("abort", lost);
+      unlisten();
       await stopping;
       return signal.aborted ? EXIT.LOST : status;
     });
@@ -96,7 +97,7 @@ export async function run(args: CliArgs, log: Log): Promise<number> {
 
 /** `lead`: the command on exactly one host at a time; see the usage text. */
 export async function lead(args: CliArgs, log: Log): Promise<number> {
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   const { redlock } = redis;
   logErrors(redlock, log);
   const shutdown = new AbortController();
@@ -123,9 +124,9 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
       );
       stopping = child.stop(typeof reason === "string" ? reason as Deno.Signal : "SIGTERM");
     };
-    signal.addEventListener("abort", stop, { once: true });
+    const unlisten = onAbort(signal, stop);
     const status = await child.status;
-    signal.removeEventListener("abort", stop);
+    unlisten();
     await stopping;
     if (signal.aborted) return;
     if (status !== 0) throw new Error(`the command exited with status ${status}`);
@@ -142,7 +143,7 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
 
 /** `status`: each name's verdict and each server's view; see src/cli/status.ts. */
 export async function status(args: CliArgs, log: Log): Promise<number> {
-  await using redis = await CliRedis.connect(args.redis, args.lease);
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   const code = await printStatus(redis.redlock, args.redis, args.names, args.json);
   if (code === EXIT.UNAVAILABLE) log("too few Redis servers answered to tell whether it is held");
   return code;

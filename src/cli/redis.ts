@@ -16,11 +16,13 @@ const RECONNECT_MS = 100;
 type Client = ReturnType<typeof newClient>;
 
 /** A node-redis client for `url` that fails requests at once while disconnected. */
-function newClient(url: string) {
+function newClient(url: string, ca: string | undefined) {
+  const socket = { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS };
   return createClient({
     url,
     disableOfflineQueue: true,
-    socket: { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS },
+    // A rediss:// URL turns TLS on; the CA then replaces the system's.
+    socket: ca === undefined ? socket : { ...socket, ca },
   });
 }
 
@@ -43,10 +45,16 @@ export class CliRedis implements AsyncDisposable {
    *
    * @param urls One URL per independent server.
    * @param lease The lease the CLI locks for, in ms: bounds the request timeout.
+   * @param ca CA certificates (PEM) that `rediss://` servers are checked against instead of
+   *   the system's.
    */
-  static async connect(urls: readonly string[], lease: number): Promise<CliRedis> {
+  static async connect(
+    urls: readonly string[],
+    lease: number,
+    ca?: string | undefined,
+  ): Promise<CliRedis> {
     const clients = urls.map((url) => {
-      const client = newClient(url);
+      const client = newClient(url, ca);
       client.on("error", () => {}); // each failed request is a Redlock "error" event already
       return client;
     });

@@ -9,6 +9,7 @@
 import type { Lock } from "../api/lock.ts";
 import type { UsingContext, UsingOptions } from "../api/options.ts";
 import type { Redlock } from "../api/redlock.ts";
+import { PermissionError } from "../api/errors.ts";
 import { delay } from "../util/delay.ts";
 import { checkDuration, describeValue } from "../util/validate.ts";
 
@@ -17,7 +18,9 @@ export interface LeadOptions extends Omit<UsingOptions, "fencing" | "retryCount"
   /**
    * Stops campaigning. The leader's routine sees the abort through its own
    * signal; `lead()` resolves once the routine has settled and the lock is
-   * released. Without a signal, `lead()` campaigns for ever.
+   * released. An abort after a campaign won the lock but before its routine
+   * started releases the lock without running the routine. Without a
+   * signal, `lead()` campaigns for ever.
    *
    * @default {undefined}
    */
@@ -36,8 +39,10 @@ export interface LeadContext {
 
 /**
  * The work a leader does for one term. Its signal aborts with a
- * {@linkcode LockLostError} when leadership is lost, or with the reason of
- * `options.signal` when campaigning stops.
+ * {@linkcode LockLostError} when leadership is lost (at the latest when the
+ * lock's validity ends without a successful extension, before another
+ * campaigner can lead), or with the reason of `options.signal` when
+ * campaigning stops.
  */
 export type LeadRoutine = (signal: AbortSignal, context: LeadContext) => Promise<void> | void;
 
@@ -108,8 +113,10 @@ class Campaign {
       this.#failures = 0;
     } catch (error) {
       if (this.#signal?.aborted && (!started || error === this.#signal.reason)) return started;
-      // Bad arguments surface before any request, on the first campaign.
+      // Bad arguments surface before any request, on the first campaign; a missing ACL rule
+      // (PermissionError) would refuse every campaign alike.
       if (!started && (error instanceof TypeError || error instanceof RangeError)) throw error;
+      if (!started && error instanceof PermissionError) throw error;
       this.#failures++;
       this.#redlock.reportError(error);
     }
@@ -131,9 +138,12 @@ class Campaign {
 /**
  * Campaigns for leadership of `name` until `options.signal` aborts: waits
  * for the lock (woken by its release), runs `routine` while holding it with
- * automatic extension, then releases it and campaigns again. A routine's
- * error is dispatched as an `"error"` event on the Redlock and campaigning
- * goes on after a backoff.
+ * automatic extension, then releases it and campaigns again. The routine's
+ * signal aborts with a {@linkcode LockLostError} at the latest when the
+ * lock's validity ends without a successful extension: with clocks that
+ * drift less than `driftFactor`, no other campaigner leads before that. A
+ * routine's error is dispatched as an `"error"` event on the Redlock and
+ * campaigning goes on after a backoff.
  *
  * @param redlock The Redlock to campaign with.
  * @param name The name of the leadership (one Redis key).
@@ -145,6 +155,7 @@ class Campaign {
  * routine settled and the lock was released.
  * @throws {TypeError} On a bad argument, before any request.
  * @throws {RangeError} On an out-of-range argument, before any request.
+ * @throws {PermissionError} When the servers refuse a campaign for a missing ACL rule (`NOPERM`).
  *
  * @example Leading until the process is told to stop
  * ```ts no-eval
@@ -154,7 +165,11 @@ class Campaign {
  * Deno.addSignalListener("SIGTERM", () => shutdown.abort());
  * await lead(redlock, "scheduler", 10_000, async (signal, { term }) => {
  *   console.log(`leading, term ${term}`);
- *   await new Promise((resolve) => signal.addEventListener("abort", resolve));
+ *   // (an abort that fired already never fires again: check it first)
+ *   await new Promise((resolve) => {
+ *     if (signal.aborted) resolve(undefined);
+ *     else signal.addEventListener("abort", resolve, { once: true });
+ *   });
  * }, { signal: shutdown.signal });
  * ```
  */

@@ -20,6 +20,7 @@ import {
 import { type Ballot, type Send, type Servers, toVote, type Vote } from "../quorum/servers.ts";
 import { type Member, round, type Tally } from "../quorum/round.ts";
 import type { Contender, HandleContext, HandleRequest, Refusal } from "./contend.ts";
+import { markPermit } from "../operations/extend.ts";
 import { within } from "../util/delay.ts";
 import { FastPath } from "../acquire/fast_path.ts";
 import { drift, now, validUntil } from "../util/time.ts";
@@ -313,13 +314,17 @@ export class PermitAcquire implements Contender {
   }
 
   #permit(slot: number, until: number): Lock {
-    return new Lock({
+    const permit = new Lock({
       owner: this.#context.redlock,
       resources: this.#keys(slot),
       value: this.#request.value,
       attempts: this.#attempts,
       validUntil: until,
     });
+    // SEM_EXTEND renews one slot and the permits key; several slots extend with EXTEND.
+    if (this.#count > 1) return permit;
+    const { name, permits } = this.#semaphore;
+    return markPermit(permit, { name, permits });
   }
 
   /**
