@@ -6,9 +6,10 @@
  * @module
  */
 
-import type { Redlock } from "../api/redlock.ts";
 import { type NameStatus, readStatus, type ServerStatus } from "../operations/status.ts";
-import { EXIT } from "./args.ts";
+import type { CliArgs } from "./args.ts";
+import { CliRedis, type Log } from "./redis.ts";
+import { EXIT } from "./usage.ts";
 
 /** How a TTL reads: `9712 ms left`, or `without expiry`. */
 const left = (ms: number): string => ms === Infinity ? "without expiry" : `${ms} ms left`;
@@ -88,30 +89,32 @@ function toJson(status: NameStatus, urls: readonly string[]): string {
 }
 
 /**
- * Prints the status of every name and returns the exit status:
- * {@linkcode EXIT.HELD} when one is held, else {@linkcode EXIT.UNAVAILABLE}
- * when one could not be told, else {@linkcode EXIT.FREE}.
+ * `status`: each name's verdict and each server's view; see
+ * `redlock status --help`. A name the servers could not tell is named on
+ * stderr with the servers that failed.
  *
- * @param redlock The Redlock over the servers.
- * @param urls The servers' URLs, in the Redlock's order (for labels).
- * @param names The names.
- * @param json Print one JSON object per name instead of text.
- * @returns The exit status.
+ * @param args The parsed command line.
+ * @param log Where the CLI's lines go.
+ * @returns {@linkcode EXIT.HELD} when a name is held, else
+ * {@linkcode EXIT.UNAVAILABLE} when one could not be told, else
+ * {@linkcode EXIT.FREE}.
  */
-export async function printStatus(
-  redlock: Redlock,
-  urls: readonly string[],
-  names: readonly string[],
-  json: boolean,
-): Promise<number> {
-  const statuses = await Promise.all(names.map((name) => readStatus(redlock, name)));
+export async function status(args: CliArgs, log: Log): Promise<number> {
+  await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
+  const statuses = await Promise.all(args.names.map((name) => readStatus(redis.redlock, name)));
   for (const status of statuses) {
-    if (json) {
-      console.log(toJson(status, urls));
+    if (args.json) {
+      console.log(toJson(status, args.redis));
       continue;
     }
     console.log(summary(status));
-    for (const view of status.servers) console.log(serverLine(view, label(urls[view.server]!)));
+    for (const view of status.servers) {
+      console.log(serverLine(view, label(args.redis[view.server]!)));
+    }
+  }
+  for (const { name, verdict } of statuses) {
+    if (verdict !== "unknown") continue;
+    log(`too few Redis servers answered to tell whether "${name}" is held: ${redis.failures()}`);
   }
   const verdicts = statuses.map((s) => s.verdict);
   if (verdicts.includes("held")) return EXIT.HELD;
