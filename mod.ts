@@ -33,7 +33,9 @@ export {
   MAX_PERMITS,
   PermitsMismatchError,
   Semaphore,
+  type SemaphoreAcquireOptions,
   type SemaphoreOptions,
+  type SemaphoreUsingOptions,
 } from "./src/primitives/semaphore.ts";
 export type {
   AcquireOptions,

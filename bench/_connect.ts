@@ -14,8 +14,12 @@ export type ClientKind = "ioredis" | "node-redis";
 
 /** An ioredis client connected to one server. */
 export type IoredisClient = Redis;
-/** A node-redis client connected to one server. */
-export type NodeRedisClient = ReturnType<typeof createClient>;
+/** A node-redis client connected to one server (its default protocol: RESP3 from v6). */
+export type NodeRedisClient = ReturnType<typeof newNodeRedis>;
+
+function newNodeRedis(port: number) {
+  return createClient({ socket: { host: "127.0.0.1", port } });
+}
 
 /** A connected client and how to close it. */
 export interface Connection<C> {
@@ -41,7 +45,7 @@ export async function ioredis(port: number): Promise<Connection<IoredisClient>> 
 
 /** Connects a node-redis client (defaults) and waits until it is ready. */
 export async function nodeRedis(port: number): Promise<Connection<NodeRedisClient>> {
-  const client = createClient({ socket: { host: "127.0.0.1", port } });
+  const client = newNodeRedis(port);
   client.on("error", () => {});
   await client.connect();
   return {

@@ -5,7 +5,8 @@
  * after the longest lease), frozen (`SIGSTOP`) and have their scripts
  * flushed, never more than a minority at once. The checker reports a
  * writer whose valid lease overlaps anyone's, and more valid permits at
- * once than there are permits.
+ * once than there are permits (case `wsem`: workers take 1, 2 or 3
+ * permits at a time, and the permits held are summed).
  *
  * ```sh
  * deno run -A chaos/handles.ts --seconds 20 --seed 1
@@ -26,6 +27,11 @@ const LEASE_MAX = 1_000;
 const SERVERS = 5;
 const WORKERS = 8;
 const PERMITS = 2;
+/** The permits of the weighted case, whose workers take 1 to 3 at a time. */
+const WEIGHTED_PERMITS = 5;
+
+/** The cases: read-write locks, single permits, weighted permits. */
+export type HandleCase = "rw" | "sem" | "wsem";
 
 /** A lease as it was valid: from its grant to its release or the end of its validity. */
 export interface Hold {
@@ -33,18 +39,20 @@ export interface Hold {
   readonly kind: "read" | "write" | "permit";
   readonly start: number;
   readonly end: number;
+  /** The permits held (weighted permits); 1 when absent. */
+  readonly weight?: number;
 }
 
 /** What one case found. */
 export interface HandleCaseResult {
-  readonly name: "rw" | "sem";
+  readonly name: HandleCase;
   readonly holds: number;
   readonly byKind: Readonly<Record<string, number>>;
   readonly faults: Readonly<Record<string, number>>;
   readonly failures: Readonly<Record<string, number>>;
   /** Writers whose valid lease overlapped another's (rw). */
   readonly writerOverlaps: number;
-  /** The most valid leases at one instant (readers for rw, permits for sem). */
+  /** The most valid leases at one instant (readers for rw, permits held for sem and wsem). */
   readonly mostAtOnce: number;
   /** Instants with more valid permits than permits (sem). */
   readonly overSubscribed: number;
@@ -53,9 +61,13 @@ export interface HandleCaseResult {
   readonly violations: readonly string[];
 }
 
-/** The most holds valid at one instant among `holds`, and how often that exceeded `limit`. */
+/**
+ * The most holds valid at one instant among `holds` (each counting its
+ * weight), and how often that exceeded `limit`.
+ */
 export function concurrency(holds: readonly Hold[], limit: number): [number, number] {
-  const events = holds.flatMap((h) => [[h.start, 1], [h.end, -1]] as const)
+  const events = holds
+    .flatMap((h): [number, number][] => [[h.start, h.weight ?? 1], [h.end, -(h.weight ?? 1)]])
     .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
   let now = 0;
   let most = 0;
@@ -95,7 +107,7 @@ function connect(servers: RedisServers): Redis[] {
 /** One worker's loop: take a lock (or permit), hold it briefly (maybe extend), release. */
 async function work(
   id: number,
-  name: "rw" | "sem",
+  name: HandleCase,
   redlock: Redlock,
   rng: Rng,
   holds: Hold[],
@@ -107,15 +119,18 @@ async function work(
   const fast = id % 2 === 1;
   const options = fast ? { wait: "poll" } as const : {};
   let rw = redlock.readWriteLock("chaos-doc");
-  const sem = redlock.semaphore("chaos-pool", { permits: PERMITS });
+  const weighted = name === "wsem";
+  const sem = redlock.semaphore("chaos-pool", { permits: weighted ? WEIGHTED_PERMITS : PERMITS });
+  // Weighted workers take 1, 2 or 3 permits, each always the same number.
+  const weight = weighted ? id % 3 + 1 : 1;
   while (!stop.aborted) {
-    const kind = name === "sem" ? "permit" : rng.next() < 0.25 ? "write" : "read";
+    const kind = name === "rw" ? rng.next() < 0.25 ? "write" : "read" : "permit";
     const lease = 200 + Math.floor(rng.next() * (LEASE_MAX - 200));
     if (fast) rw = redlock.readWriteLock("chaos-doc");
     let lock: Lock;
     try {
       lock = kind === "permit"
-        ? await sem.acquire(lease, options)
+        ? await sem.acquire(lease, { ...options, permits: weight })
         : kind === "write"
         ? await rw.write(lease, options)
         : await rw.read(lease, options);
@@ -139,7 +154,7 @@ async function work(
       }
     }
     const end = Math.min(performance.now(), validUntil);
-    holds.push({ worker: id, kind, start, end });
+    holds.push({ worker: id, kind, start, end, weight });
     await lock.release().catch(() => {});
     // A pause now and then, so that the lock is sometimes free for a SET NX round.
     if (rng.next() < 0.5) await sleep(rng.next() * 60, stop);
@@ -197,7 +212,7 @@ async function inject(
 
 /** Runs one case for `ms` of faults. */
 export async function runHandleCase(
-  name: "rw" | "sem",
+  name: HandleCase,
   ms: number,
   seed: number,
 ): Promise<HandleCaseResult> {
@@ -228,12 +243,13 @@ export async function runHandleCase(
   const byKind: Record<string, number> = {};
   for (const h of holds) byKind[h.kind] = (byKind[h.kind] ?? 0) + 1;
   const overlaps = name === "rw" ? writerOverlaps(holds) : 0;
+  const limit = name === "wsem" ? WEIGHTED_PERMITS : PERMITS;
   const [mostAtOnce, overSubscribed] = name === "rw"
     ? concurrency(holds.filter((h) => h.kind === "read"), Infinity)
-    : concurrency(holds, PERMITS);
+    : concurrency(holds, limit);
   const violations: string[] = [];
   if (overlaps > 0) violations.push(`${overlaps} writer(s) overlapped another valid lease`);
-  if (overSubscribed > 0) violations.push(`${overSubscribed} time(s) more than ${PERMITS} permits`);
+  if (overSubscribed > 0) violations.push(`${overSubscribed} time(s) more than ${limit} permits`);
   if (uncaught.seen.length > 0) {
     violations.push(
       `${uncaught.seen.length} unhandled rejection(s) or uncaught error(s): ` +
@@ -261,20 +277,22 @@ export function describe(result: HandleCaseResult): string {
   const failures = Object.entries(result.failures).map(([k, n]) => `${n} ${k}`).join(", ");
   const what = result.name === "rw"
     ? `writer overlaps ${result.writerOverlaps}, most readers at once ${result.mostAtOnce}`
-    : `over-subscriptions ${result.overSubscribed}, most permits at once ${result.mostAtOnce} of ${PERMITS}`;
+    : `over-subscriptions ${result.overSubscribed}, most permits at once ${result.mostAtOnce} of ${
+      result.name === "wsem" ? WEIGHTED_PERMITS : PERMITS
+    }`;
   return `case ${result.name}: ${result.holds} holds (${kinds}); faults: ${faults || "none"}; ` +
     `${what}; failed acquires: ${failures || "none"}; uncaught: ${result.uncaught.length}`;
 }
 
-/** Runs both cases for `seconds` in all; false when a promise was broken. */
+/** Runs every case for `seconds` in all; false when a promise was broken. */
 export async function runHandleCases(
   seconds: number,
   seed: number,
   log: (line: string) => void,
 ): Promise<boolean> {
   let safe = true;
-  for (const name of ["rw", "sem"] as const) {
-    const result = await runHandleCase(name, Math.max(3, seconds / 2) * 1_000, seed);
+  for (const name of ["rw", "sem", "wsem"] as const) {
+    const result = await runHandleCase(name, Math.max(3, seconds / 3) * 1_000, seed);
     log(describe(result));
     for (const v of result.violations) log(`  VIOLATION in ${name}: ${v}`);
     safe &&= result.violations.length === 0;

@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { Redis } from "ioredis";
 import { createClient } from "redis";
+import { Redis as Redis5 } from "ioredis5";
+import { createClient as createClient5 } from "redis5";
 import { type RedisServer, type RedisServers, startServers } from "../scripts/redis.ts";
 import { DenoRedisFixture } from "./_deno_redis.ts";
 import type { RedisClient } from "../mod.ts";
@@ -17,6 +19,10 @@ export type { RedisServer, RedisServers };
 export const KINDS = ["ioredis", "node-redis", "deno-redis"] as const;
 export type Kind = typeof KINDS[number];
 
+/** The previous majors of the npm clients, kept working by a smoke subset. */
+export const PREVIOUS_KINDS = ["ioredis5", "node-redis5"] as const;
+export type PreviousKind = typeof PREVIOUS_KINDS[number];
+
 /** A connected client and how to close it. */
 export interface Connection extends AsyncDisposable {
   readonly client: RedisClient;
@@ -24,9 +30,11 @@ export interface Connection extends AsyncDisposable {
 }
 
 /** Connects one client of `kind` to a server on `port`, reconnecting quickly when it dies. */
-export async function connect(kind: Kind, port: number): Promise<Connection> {
-  if (kind === "ioredis") {
-    const client = new Redis({
+export async function connect(kind: Kind | PreviousKind, port: number): Promise<Connection> {
+  if (kind === "ioredis" || kind === "ioredis5") {
+    // Both majors take the same options; the 5.x client is typed as the current one.
+    const Client = (kind === "ioredis" ? Redis : Redis5) as typeof Redis;
+    const client = new Client({
       host: "127.0.0.1",
       port,
       lazyConnect: true,
@@ -45,8 +53,9 @@ export async function connect(kind: Kind, port: number): Promise<Connection> {
     };
     return { client, close, [Symbol.asyncDispose]: close };
   }
-  if (kind === "node-redis") {
-    const client = createClient({
+  if (kind === "node-redis" || kind === "node-redis5") {
+    const create = (kind === "node-redis" ? createClient : createClient5) as typeof createClient;
+    const client = create({
       socket: { host: "127.0.0.1", port, reconnectStrategy: () => 50, connectTimeout: 1_000 },
     });
     client.on("error", () => {});
@@ -68,7 +77,10 @@ export interface Clients extends AsyncDisposable {
   readonly connections: Connection[];
 }
 
-export async function connectAll(kind: Kind, servers: RedisServers): Promise<Clients> {
+export async function connectAll(
+  kind: Kind | PreviousKind,
+  servers: RedisServers,
+): Promise<Clients> {
   const connections = await Promise.all(servers.servers.map((s) => connect(kind, s.port)));
   return {
     clients: connections.map((c) => c.client),
@@ -85,7 +97,7 @@ export interface Setup extends AsyncDisposable {
   readonly clients: RedisClient[];
 }
 
-export async function setup(kind: Kind, count: number): Promise<Setup> {
+export async function setup(kind: Kind | PreviousKind, count: number): Promise<Setup> {
   const servers = await startServers(count);
   try {
     const { clients, [Symbol.asyncDispose]: close } = await connectAll(kind, servers);

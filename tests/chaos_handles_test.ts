@@ -22,3 +22,13 @@ Deno.test("the handles' chaos checker counts permits valid at once and over-subs
   assert.deepEqual(concurrency(holds, 2), [2, 0], "a lease that ends as another starts");
   assert.deepEqual(concurrency([...holds, hold("permit", 11, 13)], 2), [3, 1]);
 });
+
+Deno.test("the handles' chaos checker sums the permits of weighted holds", () => {
+  const weighted = (start: number, end: number, weight: number): Hold => ({
+    ...hold("permit", start, end),
+    weight,
+  });
+  const holds = [weighted(0, 10, 3), weighted(2, 12, 2), weighted(10, 20, 3)];
+  assert.deepEqual(concurrency(holds, 5), [5, 0], "3 + 2, then 2 + 3");
+  assert.deepEqual(concurrency([...holds, weighted(11, 13, 1)], 5), [6, 1]);
+});

@@ -55,7 +55,7 @@ Deno.test("cli rejects bad arguments with one line and one usage line, no stack 
     [["run", ...r, "--lease", "1s", "--lease", "2s", "x", "--", "true"], /--lease given twice/],
     [["run", "x", "--", "true"], /no Redis server/],
     [["status", ...r, "x", "--", "true"], /status takes no command/],
-    [["status", ...r, "x", "y"], /unexpected argument "y"/],
+    [["status", ...r, "x", ""], /NAME must not be empty/],
     [["status", ...r], /NAME is missing/],
     [["status", "--redis", "redis://a:99999", "x"], /port must be from 1 to 65535/],
     [["status", "--redis", "http://user:hunter2@a:1", "x"], /redis:\/\/ or rediss:\/\/ URL/],
@@ -128,7 +128,7 @@ Deno.test("cli run passes the command's status through; status tells held and fr
   assert.equal((await cli(servers, ["run", "job", "--", "sh", "-c", "kill -TERM $$"])).code, 143);
   const free = await cli(servers, ["status", "job"]);
   assert.equal(free.code, 0);
-  assert.equal(free.stdout.trim(), "job: free");
+  assert.match(free.stdout, /^job: free\n/);
 
   await using clients = await connectAll("ioredis", servers);
   await using redlock = new Redlock(clients.clients);

@@ -40,3 +40,31 @@ Deno.test("a permit's extension leaves a permits key of another count alone", as
   assert.ok(await integer(server!, "PTTL", "{pool}:sem:0") > 4_000, "the slot was extended");
   await extended.release();
 });
+
+Deno.test("a weighted permit's extension renews its every slot and the permits key", async () => {
+  await using env = await setup("ioredis", 3);
+  await using redlock = new Redlock(env.clients, { retryCount: 0 });
+  const lease = 300;
+  const semaphore = redlock.semaphore("pool", { permits: 4 });
+  let permit = await semaphore.acquire(lease, { permits: 3 });
+  assert.equal(permit.resources.length, 3);
+  const started = performance.now();
+  while (performance.now() - started < 6 * lease) {
+    await sleep(lease / 3);
+    permit = await permit.extend(lease);
+  }
+  for (const server of env.servers.servers) {
+    assert.equal(await get(server, "{pool}:sem:permits"), "4");
+    assert.ok(await integer(server, "PTTL", "{pool}:sem:permits") > lease, "renewed");
+    for (const slot of permit.resources) {
+      assert.equal(await get(server, slot), permit.value);
+    }
+  }
+  const error = await redlock.semaphore("pool", { permits: 5 }).acquire(lease).then(
+    (p) => p.release().then(() => assert.fail("a holder with 5 permits got in beside 4")),
+    (e: unknown) => e,
+  );
+  assert.ok(error instanceof PermitsMismatchError, `${error}`);
+  assert.equal(error.found, 4);
+  await permit.release();
+});

@@ -27,6 +27,25 @@ import { duplicateSubscriber } from "../wait/subscriber.ts";
 import { Waiters } from "../wait/waiters.ts";
 import { describeValue } from "../util/validate.ts";
 
+/**
+ * The contexts of the Redlocks, by Redlock: for the read-only operations
+ * that take a Redlock (a public type), as `readStatus()` does.
+ */
+const CONTEXTS = new WeakMap<object, LockContext>();
+
+/**
+ * The context of `redlock`.
+ *
+ * @throws {TypeError} When `redlock` is no Redlock.
+ */
+export function contextOf(redlock: object): LockContext {
+  const context = CONTEXTS.get(redlock);
+  if (context === undefined) {
+    throw new TypeError(`redlock must be a Redlock, got ${describeValue(redlock)}`);
+  }
+  return context;
+}
+
 /** A Redlock's context; `redlock` dispatches its events and owns its locks. */
 export class RedlockContext implements LockContext {
   readonly servers: Servers;
@@ -58,6 +77,7 @@ export class RedlockContext implements LockContext {
     this.waiters = new Waiters(this.#id, this.servers.members, factory, this.servers.emit);
     this.owner = redlock;
     this.lifecycle = new Lifecycle(redlock, listenersOf(redlock));
+    CONTEXTS.set(redlock, this);
   }
 
   nextValue(lease: number): string {

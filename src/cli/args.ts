@@ -39,8 +39,12 @@ export interface CliArgs {
   readonly subcommand: Subcommand;
   /** Redis URLs, from `--redis` or `REDLOCK_REDIS`. */
   readonly redis: readonly string[];
-  /** The lock's name (a Redis key). */
+  /** The lock's name (a Redis key); the first of `names`. */
   readonly name: string;
+  /** Every name given (`status` takes several). */
+  readonly names: readonly string[];
+  /** `status`: print one JSON object per name, for scripts. */
+  readonly json: boolean;
   /** The command and its arguments (`run` and `lead`). */
   readonly command: readonly string[];
   /** ms of the lease, extended while the command runs. */
@@ -69,7 +73,7 @@ const OPTIONS: Readonly<Record<Subcommand, Readonly<Record<string, boolean>>>> =
     help: false,
   },
   lead: { redis: true, "tls-ca": true, lease: true, grace: true, help: false },
-  status: { redis: true, "tls-ca": true, help: false },
+  status: { redis: true, "tls-ca": true, json: false, help: false },
 };
 
 const DEFAULT_LEASE: Readonly<Record<Subcommand, string>> = {
@@ -220,7 +224,7 @@ function nameAndCommand(subcommand: Subcommand, scanned: Scanned): [string, stri
   const [name, ...extra] = scanned.positional;
   if (name === undefined || name === "") throw new UsageError("NAME is missing");
   if (subcommand === "status") {
-    if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
+    if (extra.includes("")) throw new UsageError("NAME must not be empty");
     if (scanned.command !== undefined) throw new UsageError("status takes no command (--)");
     return [name, []];
   }
@@ -253,7 +257,9 @@ function resolve(
   const grace = parseDuration(once("grace") ?? "10s", "--grace", 0);
   const fencing = scanned.values.has("fencing");
   const tlsCa = readCa(once("tls-ca") ?? env("REDLOCK_TLS_CA"));
-  return { subcommand, redis, name, command, lease, wait, grace, fencing, tlsCa };
+  const names = subcommand === "status" ? scanned.positional : [name];
+  const json = scanned.values.has("json");
+  return { subcommand, redis, name, names, json, command, lease, wait, grace, fencing, tlsCa };
 }
 
 /**
@@ -263,7 +269,8 @@ function resolve(
  * @param env Reads `REDLOCK_REDIS` and `REDLOCK_TLS_CA`.
  * @returns The subcommand's arguments, or a request for help or the version.
  * @throws {UsageError} On anything it cannot use: an unknown option (one dash
- * or two), not exactly one NAME, a missing `--` before the command.
+ * or two), no NAME (or more than one before `--` in `run` and `lead`), a
+ * missing `--` before the command.
  */
 export function parseArgs(
   args: readonly string[],

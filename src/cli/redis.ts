@@ -21,7 +21,18 @@ const CONNECT_MS = 2_000;
 /** ms between reconnect attempts to a server that failed or went away. */
 const RECONNECT_MS = 100;
 
-type Client = ReturnType<typeof createClient>;
+type Client = ReturnType<typeof newClient>;
+
+/** A node-redis client for `url` that fails requests at once while disconnected. */
+function newClient(url: string, ca: string | undefined) {
+  const socket = { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS };
+  return createClient({
+    url,
+    disableOfflineQueue: true,
+    // A rediss:// URL turns TLS on; the CA then replaces the system's.
+    socket: ca === undefined ? socket : { ...socket, ca },
+  });
+}
 
 /** Where the CLI's own messages go (stderr, one line each). */
 export type Log = (line: string) => void;
@@ -168,13 +179,7 @@ export class CliRedis implements AsyncDisposable {
 
 /** A client for `url` (not yet connecting, `ca` for TLS) that notes why its connection fails. */
 function server(url: string, ca: string | undefined): Server {
-  const socket = { connectTimeout: CONNECT_MS, reconnectStrategy: () => RECONNECT_MS };
-  const client = createClient({
-    url,
-    disableOfflineQueue: true,
-    // A rediss:// URL turns TLS on; the CA then replaces the system's.
-    socket: ca === undefined ? socket : { ...socket, ca },
-  });
+  const client = newClient(url, ca);
   const parsed = new URL(url);
   const s: { -readonly [K in keyof Server]: Server[K] } = {
     client,

@@ -43,7 +43,7 @@ export const SYNOPSIS: Readonly<Record<Topic, string>> = {
   main: "Usage: redlock run|lead|status [options] NAME [-- COMMAND [ARGS...]] (--help, --version)",
   run: "Usage: redlock run [options] NAME -- COMMAND [ARGS...] (redlock run --help)",
   lead: "Usage: redlock lead [options] NAME -- COMMAND [ARGS...] (redlock lead --help)",
-  status: "Usage: redlock status [options] NAME (redlock status --help)",
+  status: "Usage: redlock status [options] NAME... (redlock status --help)",
 };
 
 const COMMON_EXITS = `  ${EXIT.USAGE}       bad arguments
@@ -118,19 +118,25 @@ Exit status:
 ${COMMAND_EXITS}
 ${COMMON_EXITS}`;
 
-const STATUS_HELP = `Usage: redlock status [options] NAME
+const STATUS_HELP = `Usage: redlock status [options] NAME...
 
-Tells whether the lock NAME is held on a majority of the Redis servers, and
-for how long.
+Tells whether each lock NAME is held on a majority of the Redis servers and
+for how long, then per server: its TTL (never the value), the waiters and
+the fencing counter; a read-write lock's writer or readers; a semaphore's
+permits in use.
 
 Options:
 ${REDIS_OPTION}
+  --json          one JSON object per name, one line each
   -h, --help      this text
 
 Exit status:
-  ${EXIT.FREE}        free
-  ${EXIT.HELD}        held
-${COMMON_EXITS}`;
+  ${EXIT.FREE}        every name is free
+  ${EXIT.HELD}        a name is held
+  ${EXIT.USAGE}       bad arguments
+  ${EXIT.UNAVAILABLE}       none is held, and too few Redis servers answered to tell a name
+           (each failing server is named on stderr)
+  ${EXIT.SOFTWARE}       an unexpected failure of the CLI`;
 
 const MAIN_HELP = `Usage: redlock <command> [options] NAME [-- COMMAND [ARGS...]]
 

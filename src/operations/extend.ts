@@ -79,7 +79,7 @@ function extender(servers: Servers, request: ExtendRequest): Send {
   if (terms === undefined) {
     return servers.sender(EXTEND, extendCall(lock.resources, lock.value, duration, onlyIfLocked));
   }
-  const call = semExtendCall(lock.resources[0]!, terms, lock.value, duration, onlyIfLocked);
+  const call = semExtendCall(lock.resources, terms, lock.value, duration, onlyIfLocked);
   return servers.sender(SEM_EXTEND, call);
 }
 
