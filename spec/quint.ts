@@ -1,0 +1,153 @@
+/**
+ * Runs the Quint simulator on the model: installs the pinned
+ * `@informalsystems/quint` (spec/package.json and its lock) with npm into a
+ * cache directory when it is missing, and runs `quint run` with the
+ * TypeScript backend (the default backend and `quint verify` fetch binaries
+ * from the internet).
+ *
+ * @module
+ */
+
+const SPEC = new URL(".", import.meta.url).pathname;
+
+/** The model's entry file: the modules `correct` and the mutants. */
+export const MODEL: string = `${SPEC}mutants.qnt`;
+
+/**
+ * The directory that holds `node_modules/.bin/quint`: `$REDLOCK_QUINT` when
+ * set (CI installs it there), else a cache directory named after the lock
+ * file's hash, installed with `npm ci` on first use.
+ *
+ * @returns The directory.
+ * @throws {Error} When npm cannot install the packages.
+ */
+export async function quintHome(): Promise<string> {
+  const given = Deno.env.get("REDLOCK_QUINT");
+  if (given) return given;
+  const lock = await Deno.readFile(`${SPEC}package-lock.json`);
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", lock));
+  const tag = [...digest.slice(0, 6)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  const cache = Deno.env.get("XDG_CACHE_HOME") ??
+    `${Deno.env.get("HOME") ?? "/tmp"}/.cache`;
+  const home = `${cache}/redlock-spec/quint-${tag}`;
+  if (await exists(`${home}/node_modules/.bin/quint`)) return home;
+  await Deno.mkdir(home, { recursive: true });
+  for (const file of ["package.json", "package-lock.json"]) {
+    await Deno.copyFile(`${SPEC}${file}`, `${home}/${file}`);
+  }
+  console.log(`installing quint into ${home}`);
+  const npm = new Deno.Command("npm", {
+    args: [
+      "ci",
+      "--prefix",
+      home,
+      "--no-audit",
+      "--no-fund",
+      "--loglevel=error",
+    ],
+    stdout: "inherit",
+    stderr: "inherit",
+  });
+  if (!(await npm.output()).success) {
+    throw new Error(`npm ci of spec/package.json into ${home} failed`);
+  }
+  return home;
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** One `quint run` of the model. */
+export interface RunOptions {
+  /** The module: `correct` or a mutant's. */
+  readonly main: string;
+  /** The invariants, checked together. */
+  readonly invariants: readonly string[];
+  /** @default {"init"} */
+  readonly init?: string;
+  /** @default {"step"} */
+  readonly step?: string;
+  readonly samples: number;
+  readonly steps: number;
+  readonly seed: number;
+  /** Writes the traces here (`{seq}` numbers them), with `--mbt`. */
+  readonly outItf?: string;
+  /** How many traces to write. @default {1} */
+  readonly traces?: number;
+}
+
+/** What a run found. */
+export interface RunResult {
+  /** Whether an invariant was violated. */
+  readonly violated: boolean;
+  /** Which of the invariants were violated, when it says. */
+  readonly which: readonly string[];
+  /** The simulator's output. */
+  readonly output: string;
+  readonly seconds: number;
+}
+
+/**
+ * Runs `quint run --backend=typescript` on the model.
+ *
+ * @param options The module, invariants, budget and seed.
+ * @returns Whether an invariant was violated, and the output.
+ * @throws {Error} When quint fails for another reason (e.g. the model does not parse).
+ */
+export async function quintRun(options: RunOptions): Promise<RunResult> {
+  const home = await quintHome();
+  const {
+    main,
+    invariants,
+    init = "init",
+    step = "step",
+    samples,
+    steps,
+    seed,
+  } = options;
+  const args = [
+    "run",
+    "--backend=typescript",
+    `--main=${main}`,
+    `--init=${init}`,
+    `--step=${step}`,
+    `--max-samples=${samples}`,
+    `--max-steps=${steps}`,
+    `--seed=${seed}`,
+    "--verbosity=1",
+    "--invariants",
+    ...invariants,
+  ];
+  if (options.outItf) {
+    args.push(
+      `--out-itf=${options.outItf}`,
+      `--n-traces=${options.traces ?? 1}`,
+      "--mbt",
+    );
+  }
+  const started = performance.now();
+  const { code, stdout, stderr } = await new Deno.Command(
+    `${home}/node_modules/.bin/quint`,
+    {
+      args: [...args, MODEL],
+      stdout: "piped",
+      stderr: "piped",
+    },
+  ).output();
+  const seconds = (performance.now() - started) / 1000;
+  const output = new TextDecoder().decode(stdout) +
+    new TextDecoder().decode(stderr);
+  const violated = /\[violation\]/.test(output);
+  if (code !== 0 && !violated) {
+    throw new Error(`quint run failed (exit ${code}):\n${output}`);
+  }
+  // A violated invariant is listed as `❌ Name`.
+  const which = [...output.matchAll(/❌\s+(\w+)/g)].map((m) => m[1]!);
+  return { violated, which, output, seconds };
+}

@@ -1,0 +1,122 @@
+/**
+ * `deno task spec`: simulates the model (spec/redlock.qnt) with fixed seeds
+ * and checks every invariant, one line each (samples, steps, result), then
+ * replays the safety run's traces against real servers running the
+ * project's scripts (spec/replay.ts). Exits 1 when an invariant is violated
+ * or a reply differs.
+ *
+ * Options: `--samples N` (safety runs and traces replayed, default 200),
+ * `--calm N` (progress runs, default 150), `--seed N`.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { readTrace, type Trace } from "./itf.ts";
+import { quintRun, type RunResult } from "./quint.ts";
+import { replay, showMismatch } from "./replay.ts";
+
+/** The safety invariants, checked together on runs with every fault. */
+export const SAFETY = [
+  "MutualExclusion",
+  "FencingOrder",
+  "NoForeignWrite",
+  "NoOrphanAfterEnd",
+];
+
+/** Steps per safety run. */
+export const SAFETY_STEPS = 150;
+/** Steps per calm run (bounded progress). */
+export const CALM_STEPS = 300;
+
+function line(
+  name: string,
+  samples: number,
+  steps: number,
+  result: RunResult,
+): string {
+  const verdict = !result.violated
+    ? "ok"
+    : result.which.includes(name) || result.which.length === 0
+    ? "VIOLATED"
+    : "ok";
+  const pad = name.padEnd(17);
+  return `${pad} samples ${samples}, steps ${steps} each: ${verdict} (${
+    result.seconds.toFixed(0)
+  } s)`;
+}
+
+async function readTraces(dir: string): Promise<Map<string, Trace>> {
+  const names = [];
+  for await (const entry of Deno.readDir(dir)) names.push(entry.name);
+  names.sort((a, b) => Number(a.replace(/\D/g, "")) - Number(b.replace(/\D/g, "")));
+  const traces = new Map<string, Trace>();
+  for (const name of names) {
+    traces.set(name, readTrace(await Deno.readTextFile(`${dir}/${name}`)));
+  }
+  return traces;
+}
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      samples: { type: "string" },
+      calm: { type: "string" },
+      seed: { type: "string" },
+    },
+  });
+  const samples = Number(values.samples ?? 200);
+  const calm = Number(values.calm ?? 150);
+  const seed = Number(values.seed ?? 1);
+  const dir = await Deno.makeTempDir({ prefix: "redlock-spec-" });
+  try {
+    const safety = await quintRun({
+      main: "correct",
+      invariants: SAFETY,
+      samples,
+      steps: SAFETY_STEPS,
+      seed,
+      outItf: `${dir}/trace_{seq}.itf.json`,
+      traces: samples,
+    });
+    for (const name of SAFETY) {
+      console.log(line(name, samples, SAFETY_STEPS, safety));
+    }
+    const progress = await quintRun({
+      main: "correct",
+      invariants: ["Progress"],
+      init: "initCalm",
+      step: "calmStep",
+      samples: calm,
+      steps: CALM_STEPS,
+      seed,
+    });
+    console.log(line("Progress", calm, CALM_STEPS, progress));
+    for (const run of [safety, progress]) {
+      if (run.violated) console.log(run.output);
+    }
+    const traces = await readTraces(dir);
+    const started = performance.now();
+    const report = await replay(traces);
+    const seconds = ((performance.now() - started) / 1000).toFixed(0);
+    console.log(
+      `replay            ${report.traces} traces, ${report.steps} server steps against redis-server: ` +
+        `${
+          report.mismatches.length === 0
+            ? "all replies equal"
+            : `${report.mismatches.length} MISMATCHES`
+        }` +
+        ` (${seconds} s)`,
+    );
+    report.mismatches.slice(0, 20).forEach((m) => console.log(`  ${showMismatch(m)}`));
+    const ok = !safety.violated && !progress.violated &&
+      report.mismatches.length === 0 &&
+      report.traces >= Math.min(samples, 200);
+    return ok ? 0 : 1;
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+if (import.meta.main) Deno.exit(await main());
