@@ -78,6 +78,8 @@ export interface ModelEvent {
 
 /** One trace: its events in order (steps that did nothing at a server left out). */
 export interface Trace {
+  /** The scripts each server has cached at the start, by the model's names. */
+  readonly cached: readonly (readonly string[])[];
   readonly events: readonly ModelEvent[];
   /** How many states the trace has. */
   readonly states: number;
@@ -99,7 +101,8 @@ export function readTrace(text: string): Trace {
   };
   const event = itf.vars.find((v) => v === "event" || v.endsWith("::event"));
   const time = itf.vars.find((v) => v === "t" || v.endsWith("::t"));
-  if (event === undefined || time === undefined) {
+  const servers = itf.vars.find((v) => v === "srv" || v.endsWith("::srv"));
+  if (event === undefined || time === undefined || servers === undefined) {
     throw new TypeError(
       `not a trace of spec/redlock.qnt: vars ${itf.vars.join(", ")}`,
     );
@@ -108,7 +111,12 @@ export function readTrace(text: string): Trace {
     .map((state) => decode(state[event]) as unknown as ModelEvent)
     .filter((e) => e.kind !== "none");
   const last = itf.states[itf.states.length - 1];
+  const initial = (itf.states[0] ? decode(itf.states[0][servers]) : []) as [number, Plain][];
+  const cached = initial.sort(([a], [b]) => a - b).map(([, server]) =>
+    (server as { loaded: string[] }).loaded
+  );
   return {
+    cached,
     events,
     states: itf.states.length,
     end: last ? decode(last[time]) as number : 0,

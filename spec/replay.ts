@@ -35,6 +35,14 @@ export const RESOURCE = "R";
 /** The model's reply for a `NOSCRIPT` error (spec/redlock.qnt's `NOSCRIPT`). */
 export const NOSCRIPT = -1000000;
 
+/** The scripts by the model's names for them. */
+const SCRIPTS: Readonly<Record<string, LuaScript>> = {
+  acquire: ACQUIRE,
+  release: RELEASE,
+  extend: EXTEND,
+  fence: FENCE,
+};
+
 /** A step whose real reply differed from the model's. */
 export interface Mismatch {
   /** Which trace (its file name). */
@@ -181,6 +189,9 @@ async function replayOne(
     await r.freeze(s, base);
     await redis.call("FLUSHALL");
     await redis.call("SCRIPT", "FLUSH");
+    for (const name of trace.cached[s] ?? []) {
+      await redis.call("SCRIPT", "LOAD", SCRIPTS[name]!.source);
+    }
   }
   let steps = 0;
   for (const [i, event] of trace.events.entries()) {

@@ -27,7 +27,7 @@ export const SAFETY = [
 /** Steps per safety run. */
 export const SAFETY_STEPS = 150;
 /** Steps per calm run (bounded progress). */
-export const CALM_STEPS = 300;
+export const CALM_STEPS = 400;
 
 function line(
   name: string,
