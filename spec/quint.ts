@@ -1,6 +1,6 @@
 /**
  * Runs the Quint simulator on the model: installs the pinned
- * `@informalsystems/quint` (spec/package.json and its lock) with npm into a
+ * `@informalsystems/quint` (spec/npm/package.json and its lock) with npm into a
  * cache directory when it is missing, and runs `quint run` with the
  * TypeScript backend (the default backend and `quint verify` fetch binaries
  * from the internet).
@@ -24,7 +24,7 @@ export const MODEL: string = `${SPEC}mutants.qnt`;
 export async function quintHome(): Promise<string> {
   const given = Deno.env.get("REDLOCK_QUINT");
   if (given) return given;
-  const lock = await Deno.readFile(`${SPEC}package-lock.json`);
+  const lock = await Deno.readFile(`${SPEC}npm/package-lock.json`);
   const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", lock));
   const tag = [...digest.slice(0, 6)].map((b) => b.toString(16).padStart(2, "0")).join("");
   const cache = Deno.env.get("XDG_CACHE_HOME") ??
@@ -33,7 +33,7 @@ export async function quintHome(): Promise<string> {
   if (await exists(`${home}/node_modules/.bin/quint`)) return home;
   await Deno.mkdir(home, { recursive: true });
   for (const file of ["package.json", "package-lock.json"]) {
-    await Deno.copyFile(`${SPEC}${file}`, `${home}/${file}`);
+    await Deno.copyFile(`${SPEC}npm/${file}`, `${home}/${file}`);
   }
   console.log(`installing quint into ${home}`);
   const npm = new Deno.Command("npm", {
@@ -49,7 +49,7 @@ export async function quintHome(): Promise<string> {
     stderr: "inherit",
   });
   if (!(await npm.output()).success) {
-    throw new Error(`npm ci of spec/package.json into ${home} failed`);
+    throw new Error(`npm ci of spec/npm/package.json into ${home} failed`);
   }
   return home;
 }

@@ -6,7 +6,8 @@
  * or a reply differs.
  *
  * Options: `--samples N` (safety runs and traces replayed, default 200),
- * `--calm N` (progress runs, default 150), `--seed N`.
+ * `--calm N` (progress runs, default 60), `--seed N`, `--keep DIR` (keep the
+ * traces there), `--replay DIR` (only replay the traces in DIR).
  *
  * @module
  */
@@ -57,6 +58,54 @@ async function readTraces(dir: string): Promise<Map<string, Trace>> {
   return traces;
 }
 
+/** Simulates the model: the safety runs (their traces written to `dir`), then the calm runs. */
+async function simulate(
+  dir: string,
+  samples: number,
+  calm: number,
+  seed: number,
+): Promise<boolean> {
+  const safety = await quintRun({
+    main: "correct",
+    invariants: SAFETY,
+    samples,
+    steps: SAFETY_STEPS,
+    seed,
+    outItf: `${dir}/trace_{seq}.itf.json`,
+    traces: samples,
+  });
+  for (const name of SAFETY) console.log(line(name, samples, SAFETY_STEPS, safety));
+  const progress = await quintRun({
+    main: "correct",
+    invariants: ["Progress"],
+    init: "initCalm",
+    step: "calmStep",
+    samples: calm,
+    steps: CALM_STEPS,
+    seed,
+  });
+  console.log(line("Progress", calm, CALM_STEPS, progress));
+  for (const run of [safety, progress]) if (run.violated) console.log(run.output);
+  return !safety.violated && !progress.violated;
+}
+
+/** Replays the traces in `dir`; true when every reply was equal and `least` traces ran. */
+async function replayDir(dir: string, least: number): Promise<boolean> {
+  const traces = await readTraces(dir);
+  const started = performance.now();
+  const report = await replay(traces);
+  const seconds = ((performance.now() - started) / 1000).toFixed(0);
+  const verdict = report.mismatches.length === 0
+    ? "all replies equal"
+    : `${report.mismatches.length} trace(s) with a different reply`;
+  console.log(
+    `replay            ${report.traces} traces, ${report.steps} server steps against ` +
+      `redis-server: ${verdict} (${seconds} s)`,
+  );
+  report.mismatches.slice(0, 20).forEach((m) => console.log(`  ${showMismatch(m)}`));
+  return report.mismatches.length === 0 && report.traces >= least;
+}
+
 async function main(): Promise<number> {
   const { values } = parseArgs({
     args: Deno.args,
@@ -64,58 +113,21 @@ async function main(): Promise<number> {
       samples: { type: "string" },
       calm: { type: "string" },
       seed: { type: "string" },
+      keep: { type: "string" },
+      replay: { type: "string" },
     },
   });
+  if (values.replay) return await replayDir(values.replay, 1) ? 0 : 1;
   const samples = Number(values.samples ?? 200);
-  const calm = Number(values.calm ?? 150);
+  const calm = Number(values.calm ?? 60);
   const seed = Number(values.seed ?? 1);
-  const dir = await Deno.makeTempDir({ prefix: "redlock-spec-" });
+  const dir = values.keep ?? await Deno.makeTempDir({ prefix: "redlock-spec-" });
   try {
-    const safety = await quintRun({
-      main: "correct",
-      invariants: SAFETY,
-      samples,
-      steps: SAFETY_STEPS,
-      seed,
-      outItf: `${dir}/trace_{seq}.itf.json`,
-      traces: samples,
-    });
-    for (const name of SAFETY) {
-      console.log(line(name, samples, SAFETY_STEPS, safety));
-    }
-    const progress = await quintRun({
-      main: "correct",
-      invariants: ["Progress"],
-      init: "initCalm",
-      step: "calmStep",
-      samples: calm,
-      steps: CALM_STEPS,
-      seed,
-    });
-    console.log(line("Progress", calm, CALM_STEPS, progress));
-    for (const run of [safety, progress]) {
-      if (run.violated) console.log(run.output);
-    }
-    const traces = await readTraces(dir);
-    const started = performance.now();
-    const report = await replay(traces);
-    const seconds = ((performance.now() - started) / 1000).toFixed(0);
-    console.log(
-      `replay            ${report.traces} traces, ${report.steps} server steps against redis-server: ` +
-        `${
-          report.mismatches.length === 0
-            ? "all replies equal"
-            : `${report.mismatches.length} MISMATCHES`
-        }` +
-        ` (${seconds} s)`,
-    );
-    report.mismatches.slice(0, 20).forEach((m) => console.log(`  ${showMismatch(m)}`));
-    const ok = !safety.violated && !progress.violated &&
-      report.mismatches.length === 0 &&
-      report.traces >= Math.min(samples, 200);
-    return ok ? 0 : 1;
+    const simulated = await simulate(dir, samples, calm, seed);
+    const replayed = await replayDir(dir, Math.min(samples, 200));
+    return simulated && replayed ? 0 : 1;
   } finally {
-    await Deno.remove(dir, { recursive: true });
+    if (!values.keep) await Deno.remove(dir, { recursive: true });
   }
 }
 
