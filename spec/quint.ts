@@ -31,26 +31,27 @@ export async function quintHome(): Promise<string> {
     `${Deno.env.get("HOME") ?? "/tmp"}/.cache`;
   const home = `${cache}/redlock-spec/quint-${tag}`;
   if (await exists(`${home}/node_modules/.bin/quint`)) return home;
-  await Deno.mkdir(home, { recursive: true });
+  // Installed beside it, then renamed: a run that starts meanwhile never sees half of it.
+  await Deno.mkdir(`${cache}/redlock-spec`, { recursive: true });
+  const fresh = await Deno.makeTempDir({ dir: `${cache}/redlock-spec`, prefix: "installing-" });
   for (const file of ["package.json", "package-lock.json"]) {
-    await Deno.copyFile(`${SPEC}npm/${file}`, `${home}/${file}`);
+    await Deno.copyFile(`${SPEC}npm/${file}`, `${fresh}/${file}`);
   }
   console.log(`installing quint into ${home}`);
   const npm = new Deno.Command("npm", {
-    args: [
-      "ci",
-      "--prefix",
-      home,
-      "--no-audit",
-      "--no-fund",
-      "--loglevel=error",
-    ],
+    args: ["ci", "--prefix", fresh, "--no-audit", "--no-fund", "--loglevel=error"],
     stdout: "inherit",
     stderr: "inherit",
   });
   if (!(await npm.output()).success) {
-    throw new Error(`npm ci of spec/npm/package.json into ${home} failed`);
+    await Deno.remove(fresh, { recursive: true });
+    throw new Error(`npm ci of spec/npm/package.json into ${fresh} failed`);
   }
+  if (!(await exists(`${home}/node_modules/.bin/quint`))) {
+    await Deno.remove(home, { recursive: true }).catch(() => {});
+    await Deno.rename(fresh, home).catch(() => {});
+  }
+  await Deno.remove(fresh, { recursive: true }).catch(() => {});
   return home;
 }
 
@@ -147,7 +148,8 @@ export async function quintRun(options: RunOptions): Promise<RunResult> {
   if (code !== 0 && !violated) {
     throw new Error(`quint run failed (exit ${code}):\n${output}`);
   }
-  // A violated invariant is listed as `❌ Name`.
-  const which = [...output.matchAll(/❌\s+(\w+)/g)].map((m) => m[1]!);
+  // A violated invariant is listed as `❌ Name` (not always for a single one).
+  const listed = [...output.matchAll(/❌\s+(\w+)/g)].map((m) => m[1]!);
+  const which = violated && listed.length === 0 ? [...invariants] : listed;
   return { violated, which, output, seconds };
 }
