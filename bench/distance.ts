@@ -1,7 +1,7 @@
 /**
  * `deno task bench:distance [--quick] [--reps=N] [--delays=0,0.25,1] [--json=path]`
  *
- * The benchmark's workloads at a distance (issue 18): 3 Redis servers
+ * The benchmark's workloads at a distance: 3 Redis servers
  * (loopback, no persistence) each behind a fault proxy that adds a one-way
  * delay (0, 0.25 and 1 ms by default) to every byte both ways; the proxies
  * run in a child process (scripts/fault_proxy.ts), so that their work does

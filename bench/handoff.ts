@@ -1,7 +1,7 @@
 /**
  * `deno task bench:handoff [--quick] [--reps N] [--json=path]`
  *
- * How fast a contended lock changes hands (issue 4): 16 workers, each with
+ * How fast a contended lock changes hands: 16 workers, each with
  * its own Redlock and connections, contend for one resource on 3 Redis
  * servers (started here, loopback, no persistence, stopped at the end), with
  * a 5 s lease, no think time and a hold of 0 ms (released at once) and 5 ms.
@@ -205,7 +205,7 @@ function pairedRatio(a: Sample[], ma: string, b: Sample[], mb: string): number |
   return ratios.length ? median(ratios) : null;
 }
 
-/** One target of issue 4 and whether this run met it. */
+/** One target of this benchmark and whether this run met it. */
 interface Target {
   readonly name: string;
   readonly holdMs: number;
@@ -367,7 +367,7 @@ for (const u of uncontended) {
       (u.failed ? ` FAILED: ${u.firstError ?? ""}` : ""),
   );
 }
-console.log(`\n## Targets (issue 4)\n`);
+console.log(`\n## Targets\n`);
 for (const t of checks) console.log(targetLine(t));
 console.log(
   `\nRatios are medians of per-repetition ratios. A handoff is a grant to another worker than ` +

@@ -2,7 +2,7 @@
  * `deno task bench:scale [--quick] [--waiters=16,256,1000] [--curves=waiters,resources,servers]
  * [--json=path]`
  *
- * How the cost grows with the work (issue 18), on Redis servers started
+ * How the cost grows with the work, on Redis servers started
  * here (loopback, no persistence):
  *
  * - waiters on one resource: N acquire loops in one process share one

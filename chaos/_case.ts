@@ -70,8 +70,10 @@ export interface CaseResult {
   /** The largest clock offset between a worker and the parent, ± its uncertainty. */
   readonly clock: { readonly offset: number; readonly uncertainty: number };
   readonly failures: Readonly<Record<string, number>>;
-  /** Successful `lock.extend()` calls, and failed ones by error name. */
+  /** Successful extensions of `using()` holds, and failed ones by error name. */
   readonly extensions: number;
+  /** Holds run by `using()`, and those whose routine's signal aborted. */
+  readonly using: { readonly holds: number; readonly aborts: number };
   readonly extensionFailures: Readonly<Record<string, number>>;
   readonly serverErrors: Readonly<Record<string, number>>;
   readonly failedReleases: number;
@@ -305,6 +307,7 @@ export async function runCase(
     },
     failures: recorder.failures,
     extensions: recorder.extensions,
+    using: { holds: recorder.usingHolds, aborts: recorder.aborts },
     extensionFailures: recorder.extensionFailures,
     serverErrors: recorder.serverErrors,
     failedReleases: recorder.failedReleases,

@@ -5,7 +5,10 @@
  *
  * A hold counts from the moment `acquire()` returned to the earlier of its
  * release (when the holder stopped using it) and `lock.expiration`: only the
- * valid part of a lease is promised to be exclusive.
+ * valid part of a lease is promised to be exclusive. A hold run by `using()`
+ * counts until its routine's signal aborted or the routine ended, whichever
+ * is first, and not beyond: `using()` promises to abort the signal before
+ * anyone else can hold the lock (unless its process was paused).
  *
  * @module
  */
@@ -40,11 +43,22 @@ export interface Hold {
   readonly write?: HoldWrite | undefined;
   /** True when a fault stopped the holder's process during the hold. */
   readonly paused?: boolean | undefined;
+  /** True when the hold was a `using()` routine. */
+  readonly using?: boolean | undefined;
+  /** When the `using()` routine's signal aborted, if it did. */
+  readonly abortedAt?: number | undefined;
 }
 
-/** The end of a hold's valid part. */
+/**
+ * The end of a hold's valid part. A `using()` routine is valid until its
+ * signal aborts (or it ends), even past `lock.expiration`: a signal that
+ * aborts late makes an overlap. A paused process cannot be told in time, so
+ * its hold ends at the expiration, as does one whose end was never reported.
+ */
 export function validEnd(hold: Hold): number {
-  return Math.min(hold.releasedAt ?? Infinity, hold.expiration);
+  const stopped = Math.min(hold.releasedAt ?? Infinity, hold.abortedAt ?? Infinity);
+  if (hold.using === true && hold.paused !== true && stopped !== Infinity) return stopped;
+  return Math.min(stopped, hold.expiration);
 }
 
 /** Two holds of one resource whose valid parts overlap. */

@@ -26,7 +26,7 @@ export interface HoldTiming {
   /** ms between the read and the write of the guarded store, for most holds. */
   readonly thinkMin: number;
   readonly thinkMax: number;
-  /** The share of holds that work longer (and extend their lock halfway), and how long. */
+  /** The share of holds that work longer (under `using()`, which extends), and how long. */
   readonly longShare: number;
   readonly longThinkMin: number;
   readonly longThinkMax: number;
@@ -89,6 +89,8 @@ export type Report =
     /** `lock.fencingToken`, null when the library gave none. */
     readonly token: number | null;
     readonly attempts: number;
+    /** True when the hold is a `using()` routine. */
+    readonly using?: boolean;
   }
   | {
     readonly ev: "failed";
@@ -125,6 +127,15 @@ export type Report =
     /** The extended lock's expiration, or null when the extension failed. */
     readonly expiration: number | null;
     readonly error: string | null;
+  }
+  | {
+    /** A `using()` routine's signal aborted. */
+    readonly ev: "aborted";
+    readonly w: number;
+    readonly h: number;
+    readonly t: number;
+    /** The reason's name. */
+    readonly error: string;
   }
   | {
     readonly ev: "skipped";

@@ -19,6 +19,8 @@ interface MutableHold {
   token: number | null;
   write: HoldWrite | undefined;
   paused: boolean;
+  using: boolean;
+  abortedAt: number | undefined;
 }
 
 /** The reports of one case, gathered. */
@@ -39,6 +41,9 @@ export class Recorder {
   failedReleases = 0;
   /** Holds that skipped their write because too little validity was left. */
   skipped = 0;
+  /** Holds run by `using()`, and those whose routine's signal aborted. */
+  usingHolds = 0;
+  aborts = 0;
   /** Whether any lock came with a fencing token. */
   fencing = false;
   /** Acquire calls in flight, by worker: their start. */
@@ -71,7 +76,10 @@ export class Recorder {
           token: report.token,
           write: undefined,
           paused: false,
+          using: report.using === true,
+          abortedAt: undefined,
         });
+        if (report.using === true) this.usingHolds++;
         this.#holding.set(report.w, id);
         if (report.token !== null) this.fencing = true;
         break;
@@ -93,6 +101,12 @@ export class Recorder {
           this.extensions++;
           if (hold) hold.expiration = Math.max(hold.expiration, report.expiration);
         }
+        break;
+      }
+      case "aborted": {
+        const hold = this.#holds.get(holdTag(report.w, report.h));
+        if (hold) hold.abortedAt ??= report.t;
+        this.aborts++;
         break;
       }
       case "skipped":

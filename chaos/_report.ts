@@ -63,6 +63,11 @@ export function table(results: readonly CaseResult[]): string {
     (r) => String(r.store.reduce((t, s) => t + s.writes, 0)),
     String(sum(results, (r) => r.store.reduce((t, s) => t + s.writes, 0))),
   );
+  row(
+    "using() holds (aborted)",
+    (r) => `${r.using.holds} (${r.using.aborts})`,
+    `${sum(results, (r) => r.using.holds)} (${sum(results, (r) => r.using.aborts)})`,
+  );
   const failed = (r: CaseResult) => Object.values(r.extensionFailures).reduce((t, n) => t + n, 0);
   row(
     "extensions (failed)",

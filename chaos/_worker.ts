@@ -102,19 +102,111 @@ async function listen(): Promise<void> {
   Deno.exit(0);
 }
 
-/** Long work: extends the lock halfway, as `using()` would; returns the lock in force. */
-async function workAndExtend(lock: Lock, h: number, lease: number, think: number): Promise<Lock> {
-  await sleep(think / 2);
+/** The `using()` hold under way: its number and its lock's value. */
+let usingHold: { h: number; value: string } | undefined;
+redlock.on("extended", ({ lock, previous }) => {
+  if (usingHold === undefined || previous.value !== usingHold.value) return;
+  const t = instant();
+  send({
+    ev: "extended",
+    w,
+    h: usingHold.h,
+    start: t,
+    t,
+    expiration: lock.expiration,
+    error: null,
+  });
+});
+
+/** Calls `then` with the instant `signal` aborts (at once when it has already). */
+function onAbort(signal: AbortSignal, then: (t: number) => void): void {
+  if (signal.aborted) then(instant());
+  else signal.addEventListener("abort", () => then(instant()), { once: true });
+}
+
+/**
+ * Long work under `using()`, which extends the lock: the routine reads,
+ * works, and writes only while its signal has not aborted.
+ */
+async function holdUsing(h: number, r: string, lease: number): Promise<void> {
+  const think = rng.int(config.longThinkMin, config.longThinkMax);
   const start = instant();
+  send({ ev: "acquiring", w, h, r, lease, t: start });
+  let stoppedAt: number | undefined;
   try {
-    lock = await lock.extend(lease);
-    send({ ev: "extended", w, h, start, t: instant(), expiration: lock.expiration, error: null });
+    await redlock.using(r, lease, acquireOptions, async (signal, context) => {
+      const { lock } = context;
+      const token = typeof lock.fencingToken === "number" ? lock.fencingToken : null;
+      const attempts = lock.attempts.length;
+      const t = instant();
+      send({
+        ev: "acquired",
+        w,
+        h,
+        r,
+        lease,
+        start,
+        t,
+        expiration: lock.expiration,
+        token,
+        attempts,
+        using: true,
+      });
+      usingHold = { h, value: lock.value };
+      onAbort(
+        signal,
+        (t) => send({ ev: "aborted", w, h, t, error: describe(signal.reason).error }),
+      );
+      try {
+        await guardedWork(signal, context, r, h, token, think);
+      } finally {
+        stoppedAt = instant();
+        usingHold = undefined;
+      }
+    });
   } catch (error) {
-    const { error: name } = describe(error);
-    send({ ev: "extended", w, h, start, t: instant(), expiration: null, error: name });
+    if (stoppedAt === undefined) {
+      send({ ev: "failed", w, h, r, start, t: instant(), ...describe(error) });
+      return;
+    }
   }
-  await sleep(think / 2);
-  return lock;
+  send({ ev: "released", w, h, start: stoppedAt!, t: instant(), error: null });
+}
+
+/** A `using()` routine's read-modify-write: skips the write once its signal aborted. */
+async function guardedWork(
+  signal: AbortSignal,
+  context: { readonly lock: Lock },
+  r: string,
+  h: number,
+  token: number | null,
+  think: number,
+): Promise<void> {
+  const tag = holdTag(w, h);
+  try {
+    const read = await store.read(r, tag, token);
+    send({ ev: "read", w, h, t: instant(), value: read.value, fenced: read.fenced });
+    await sleep(think);
+    if (signal.aborted) {
+      send({ ev: "skipped", w, h, t: instant(), remaining: context.lock.remainingTime });
+      return;
+    }
+    const writeStart = instant();
+    const written = await store.write(r, tag, read, token);
+    const { previous, fenced } = written;
+    send({
+      ev: "wrote",
+      w,
+      h,
+      start: writeStart,
+      t: instant(),
+      value: read.value + 1,
+      previous,
+      fenced,
+    });
+  } catch (error) {
+    send({ ev: "error", w, t: instant(), message: describe(error).message });
+  }
 }
 
 async function holdOnce(h: number): Promise<void> {
@@ -122,6 +214,7 @@ async function holdOnce(h: number): Promise<void> {
   // a hold the parent asked to linger gets the longest lease (it is to work long)
   const drawn = rng.int(config.leaseMin, config.leaseMax);
   const lease = lingerNext ? config.leaseMax : drawn;
+  if (rng.chance(config.longShare) && !lingerNext) return await holdUsing(h, r, lease);
   const start = instant();
   send({ ev: "acquiring", w, h, r, lease, t: start });
   let lock: Lock;
@@ -148,10 +241,7 @@ async function holdOnce(h: number): Promise<void> {
   try {
     const read = await store.read(r, tag, token);
     send({ ev: "read", w, h, t: instant(), value: read.value, fenced: read.fenced });
-    const long = rng.chance(config.longShare);
-    const think = long
-      ? rng.int(config.longThinkMin, config.longThinkMax)
-      : rng.int(config.thinkMin, config.thinkMax);
+    const think = rng.int(config.thinkMin, config.thinkMax);
     // a careful holder checks that its lease leaves room for the work
     const remaining = lock.remainingTime;
     if (remaining < think + MARGIN) {
@@ -165,8 +255,6 @@ async function holdOnce(h: number): Promise<void> {
       if (linger) {
         send({ ev: "thinking", w, h, t: instant(), expiration: lock.expiration });
         await sleep(config.lingerMs);
-      } else if (long) {
-        lock = await workAndExtend(lock, h, lease, think);
       } else {
         await sleep(think);
       }

@@ -2,11 +2,13 @@
  * `deno task chaos:lead`: the leader-election chaos case. Campaigner
  * processes (chaos/_lead_worker.ts) run `lead()` for one name over 3 Redis
  * servers while servers are stopped (SIGSTOP) or killed (restarted after a
- * lease, so that no valid lock is forgotten), and the leader's process is
+ * lease, so that no valid lock is forgotten), the leader's process is
  * paused past its lease (SIGSTOP/SIGCONT) or killed (`kill -9`, then
- * replaced). Afterwards every term's validity (from its start to its end or
- * its lock's last known expiration, whichever is first) is checked: two
- * valid leaders at once, or a term not above the one before, fail the run.
+ * replaced), or cut off from every server by its proxies while the others
+ * reach them (each campaigner has proxies of its own). Afterwards every term's validity (from its start to the abort
+ * of its routine's signal, or its lock's last known expiration when its
+ * process was paused or killed) is checked: two valid leaders at once, or a
+ * term not above the one before, fail the run.
  *
  * ```sh
  * deno task chaos:lead                        # 30 s, random seed
@@ -22,6 +24,8 @@
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { type RedisServer, startServers } from "../scripts/redis.ts";
+import { FaultProxy } from "../scripts/fault_proxy.ts";
+import { PreciseTimer } from "../scripts/_precise_timer.ts";
 import { Rng } from "./_rng.ts";
 
 const WORKER = fileURLToPath(new URL("./_lead_worker.ts", import.meta.url));
@@ -33,7 +37,12 @@ export interface Term {
   readonly term: number;
   /** When its routine started (Date.now()). */
   readonly start: number;
-  /** When it stopped being a valid leader: its end, or its lock's last expiration. */
+  /**
+   * When it stopped being a valid leader: when its routine's signal aborted
+   * (even past its lock's expiration: `lead()` promises the abort first);
+   * for a leader paused during its term, or one that never reported its
+   * end (killed), the earlier of that and its lock's last expiration.
+   */
   readonly until: number;
 }
 
@@ -45,10 +54,49 @@ export interface LeaderOverlap {
   readonly ms: number;
 }
 
+/**
+ * A span during which a campaigner did not run: the parent stopped it
+ * (SIGSTOP), or it found its event loop stalled (`stall`).
+ */
+interface Pause {
+  readonly pid: number;
+  readonly start: number;
+  end: number;
+  readonly stall: boolean;
+}
+
+/**
+ * The leader pauses noted in a log (`# <Date.now()> pause|resume leader
+ * <pid>`), and the stalls the campaigners noted (`# <from> stall leader <pid> <to>`).
+ */
+function readPauses(lines: readonly string[]): Pause[] {
+  const pauses: Pause[] = [];
+  for (const line of lines) {
+    const [, at, what, role, pid, to] = line.split(" ");
+    if (role !== "leader") continue;
+    if (what === "stall") {
+      pauses.push({ pid: Number(pid), start: Number(at), end: Number(to), stall: true });
+    }
+    if (what === "pause") {
+      pauses.push({ pid: Number(pid), start: Number(at), end: Infinity, stall: false });
+    }
+    if (what === "resume") {
+      const open = pauses.findLast((p) => p.pid === Number(pid) && p.end === Infinity);
+      if (open) open.end = Number(at);
+    }
+  }
+  return pauses;
+}
+
 /** The terms of a log of `start`/`valid`/`end` lines, in order of start. */
 export function readTerms(text: string): Term[] {
-  const terms = new Map<string, { pid: number; term: number; start: number; until: number }>();
-  for (const line of text.split("\n").filter((l) => l && !l.startsWith("#"))) {
+  const lines = text.split("\n").filter((l) => l);
+  const pauses = readPauses(lines.filter((l) => l.startsWith("#")));
+  const terms = new Map<
+    string,
+    { pid: number; term: number; start: number; expires: number; end?: number }
+  >();
+  for (const line of lines.filter((l) => !l.startsWith("#"))) {
     const [event, pid, term, at, expiration] = line.split(" ").map((f, i) => i ? Number(f) : f);
     const key = `${pid} ${term}`;
     if (event === "start") {
@@ -56,15 +104,25 @@ export function readTerms(text: string): Term[] {
         pid: pid as number,
         term: term as number,
         start: at as number,
-        until: expiration as number,
+        expires: expiration as number,
       });
     }
     const t = terms.get(key);
     if (!t) continue;
-    if (event === "valid") t.until = Math.max(t.until, expiration as number);
-    if (event === "end") t.until = Math.min(t.until, at as number);
+    if (event === "valid") t.expires = Math.max(t.expires, expiration as number);
+    if (event === "end") t.end = at as number;
   }
-  return [...terms.values()].sort((a, b) => a.start - b.start);
+  return [...terms.values()].map(({ pid, term, start, expires, end }) => {
+    // A stall excuses a late abort only when it spans the instant the timer was due.
+    const paused = pauses.some((p) =>
+      p.pid === pid &&
+      (p.stall
+        ? p.start <= expires && expires <= p.end
+        : p.start < (end ?? expires) && start < p.end)
+    );
+    const until = end === undefined ? expires : paused ? Math.min(end, expires) : end;
+    return { pid, term, start, until };
+  }).sort((a, b) => a.start - b.start);
 }
 
 /** Overlaps of valid terms, and terms that did not grow from leader to leader. */
@@ -86,20 +144,32 @@ export function checkTerms(terms: readonly Term[]): {
 }
 
 /** The faults the case injects. */
-export type Fault = "server-stop" | "server-kill" | "leader-pause" | "leader-kill";
-const FAULTS: readonly Fault[] = ["server-stop", "server-kill", "leader-pause", "leader-kill"];
+export type Fault = "server-stop" | "server-kill" | "leader-pause" | "leader-kill" | "leader-cut";
+const FAULTS: readonly Fault[] = [
+  "server-stop",
+  "server-kill",
+  "leader-pause",
+  "leader-kill",
+  "leader-cut",
+];
 const WEIGHTS: Readonly<Record<Fault, number>> = {
   "server-stop": 2,
   "server-kill": 1,
   "leader-pause": 2,
   "leader-kill": 1,
+  "leader-cut": 2,
 };
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** The campaigner processes, each signalled only by its own PID. */
+/**
+ * The campaigner processes, each signalled only by its own PID, each
+ * reaching the servers through proxies of its own (which a fault cuts).
+ */
 class Campaigners {
   readonly #children = new Map<number, Deno.ChildProcess>();
+  readonly #proxies = new Map<number, FaultProxy[]>();
+  readonly #timer = new PreciseTimer();
   constructor(
     readonly log: string,
     readonly lease: number,
@@ -107,7 +177,9 @@ class Campaigners {
     readonly ports: number[],
   ) {}
 
-  spawn(): void {
+  async spawn(): Promise<void> {
+    const timer = this.#timer;
+    const proxies = await Promise.all(this.ports.map((port) => FaultProxy.start(port, { timer })));
     const child = new Deno.Command(Deno.execPath(), {
       args: [
         "run",
@@ -117,13 +189,19 @@ class Campaigners {
         NAME,
         String(this.lease),
         this.wait,
-        ...this.ports.map(String),
+        ...proxies.map((proxy) => String(proxy.port)),
       ],
       stdin: "null",
       stdout: "null",
       stderr: "inherit",
     }).spawn();
     this.#children.set(child.pid, child);
+    this.#proxies.set(child.pid, proxies);
+  }
+
+  /** Stops (or resumes) forwarding between `pid` and every server. */
+  cut(pid: number, cut: boolean): void {
+    for (const proxy of this.#proxies.get(pid) ?? []) cut ? proxy.partition() : proxy.heal();
   }
 
   /** The pid of the latest term's leader, if it is one of the running ones. */
@@ -145,6 +223,14 @@ class Campaigners {
     this.signal(pid, "SIGKILL");
     await this.#children.get(pid)?.status;
     this.#children.delete(pid);
+    await this.#close(pid);
+  }
+
+  async #close(pid: number): Promise<void> {
+    const proxies = this.#proxies.get(pid) ?? [];
+    this.#proxies.delete(pid);
+    for (const proxy of proxies) proxy.heal();
+    await Promise.all(proxies.map((proxy) => proxy.close()));
   }
 
   async stop(): Promise<number[]> {
@@ -153,6 +239,8 @@ class Campaigners {
       this.signal(pid, "SIGTERM");
     }
     const codes = await Promise.all([...this.#children.values()].map((c) => c.status));
+    for (const pid of [...this.#proxies.keys()]) await this.#close(pid);
+    this.#timer.close();
     return codes.map((s) => s.code);
   }
 }
@@ -203,7 +291,7 @@ export async function runLeadChaos(options: LeadChaosOptions): Promise<boolean> 
   const faults = new Map<Fault, number>();
   const restarts: Promise<void>[] = [];
   try {
-    for (let i = 0; i < options.campaigners; i++) campaigners.spawn();
+    for (let i = 0; i < options.campaigners; i++) await campaigners.spawn();
     const end = performance.now() + options.seconds * 1000;
     while (performance.now() < end) {
       await sleep(rng.between(300, 1200));
@@ -240,7 +328,16 @@ export async function runLeadChaos(options: LeadChaosOptions): Promise<boolean> 
         if (pid === undefined) continue;
         await note(`kill leader ${pid}`);
         await campaigners.kill(pid);
-        campaigners.spawn();
+        await campaigners.spawn();
+      } else if (fault === "leader-cut") {
+        // The others reach the servers while the leader's requests hang.
+        const pid = await campaigners.leader();
+        if (pid === undefined) continue;
+        await note(`cut leader ${pid}`);
+        campaigners.cut(pid, true);
+        await sleep(rng.between(lease, 2.5 * lease));
+        campaigners.cut(pid, false);
+        await note(`heal leader ${pid}`);
       }
     }
     await Promise.all(restarts);

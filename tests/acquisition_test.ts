@@ -127,11 +127,10 @@ for (const reply of ["its grant", "an error"] as const) {
 }
 
 /**
- * A bug of 0.2.0, fixed in 0.3.0: a queued attempt's reply that reached the
- * lock after its round settled but before the loop noted that it settled
- * was neither counted nor dealt with as a late answer: a grant stayed on the
- * server, with the acquire's value, until the lease ended. The round now
- * tells its own late answers.
+ * A queued attempt's reply that reaches the lock after its round settled but
+ * before the acquire noted that it settled is a late answer like any other:
+ * a grant is released, not left on the server with the acquire's value until
+ * the lease ends. The round tells its own late answers.
  */
 Deno.test({
   name:
@@ -170,9 +169,9 @@ Deno.test({
 });
 
 /**
- * The same bug of 0.2.0: a conflict that came right behind the grant left the
- * acquire's entry in that server's queue, so that its next release handed the
- * key to an acquire that was gone.
+ * The same race the other way round: a conflict that comes right behind the
+ * grant takes the acquire's entry out of that server's queue, or its next
+ * release would hand the key to an acquire that is gone.
  */
 Deno.test({
   name: "a queued acquire leaves the queue of a conflict that came in the same batch as the grant",
@@ -210,11 +209,11 @@ Deno.test({
 });
 
 /**
- * A bug of 0.2.0 (an overlap of valid leases in the fault run once release
- * notifications worked there): a queued round's grant from server 2 that came
- * after the next round had been sent to server 2 was released behind that
- * next round, which counted server 2 for the lock. The later request, which
- * ran after it on that connection, now speaks for the server.
+ * A queued round's grant from server 2 that comes after the next round was
+ * sent to server 2 is not released behind that next round, which counted
+ * server 2 for the lock (releasing it let valid leases overlap under faults):
+ * the later request, which runs after it on that connection, speaks for the
+ * server.
  */
 Deno.test(
   "a queued acquire does not release a key that a later round counted when an earlier round's grant comes late",
@@ -377,9 +376,9 @@ Deno.test(
 );
 
 /**
- * A bug of 0.2.0, fixed in 0.3.0: the abort waited for the unsubscribe of the
- * Redlock's wake channel, which had no time bound, whenever another acquire
- * of the same Redlock still waited; a paused server held the rejection ~12 s.
+ * An abort does not wait for the unsubscribe of the Redlock's wake channel
+ * while another acquire of the same Redlock still waits: a paused server
+ * could hold that unsubscribe, and so the rejection, for many seconds.
  */
 Deno.test({
   name:

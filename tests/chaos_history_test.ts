@@ -78,6 +78,34 @@ Deno.test("findOverlaps() ends a hold at its expiration when its holder was paus
   assert.deepEqual(overlaps, []);
 });
 
+Deno.test("findOverlaps() ends a using() hold when its signal aborted, even past its expiration", () => {
+  const late = findOverlaps([
+    hold("1:1", { acquiredAt: 100, expiration: 300, abortedAt: 360, releasedAt: 400, using: true }),
+    hold("2:1", { acquiredAt: 350, expiration: 600, releasedAt: 500 }),
+  ]);
+  assert.deepEqual(late.map((o) => [o.first, o.second, o.ms]), [["1:1", "2:1", 10]]);
+  const inTime = findOverlaps([
+    hold("1:1", { acquiredAt: 100, expiration: 300, abortedAt: 299, releasedAt: 400, using: true }),
+    hold("2:1", { acquiredAt: 300, expiration: 600, releasedAt: 500 }),
+  ]);
+  assert.deepEqual(inTime, []);
+});
+
+Deno.test("findOverlaps() ends a paused using() hold at its expiration", () => {
+  const overlaps = findOverlaps([
+    hold("1:1", {
+      acquiredAt: 100,
+      expiration: 300,
+      abortedAt: 900,
+      releasedAt: 900,
+      using: true,
+      paused: true,
+    }),
+    hold("2:1", { acquiredAt: 350, expiration: 600, releasedAt: 400 }),
+  ]);
+  assert.deepEqual(overlaps, []);
+});
+
 Deno.test("findOverlaps() does not compare holds of different resources", () => {
   const overlaps = findOverlaps([
     hold("1:1", { acquiredAt: 100, expiration: 300, resource: "a" }),

@@ -340,9 +340,14 @@ export class Redlock extends EventTarget implements LockOwner {
 
   /**
    * Acquires a lock, runs `routine` while extending the lock automatically,
-   * and releases it when the routine settles. When an extension fails and
-   * the lock can no longer be valid, the routine's signal aborts with a
-   * {@linkcode LockLostError}; the routine decides what to do.
+   * and releases it when the routine settles. The routine's signal aborts
+   * with a {@linkcode LockLostError} when an extension finds the lock gone,
+   * and at the latest when the lock's validity (monotonic clock, drift
+   * allowance taken off) ends without a successful extension, whatever the
+   * extension requests are still doing: with clocks that drift less than
+   * `driftFactor`, no other client can hold the lock before the signal
+   * aborts (a process stopped past that instant learns it late; fencing
+   * tokens cover that case). The routine decides what to do.
    *
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
@@ -818,9 +823,11 @@ export class Redlock extends EventTarget implements LockOwner {
    * Campaigns for leadership of `name` until `options.signal` aborts: waits
    * for the lock (woken by its release), runs `routine` while holding it with
    * automatic extension, then releases it and campaigns again. The routine's
-   * signal aborts with a {@linkcode LockLostError} when leadership is lost; a
-   * routine's error is an `"error"` event, and campaigning goes on after a
-   * backoff. See {@linkcode lead}.
+   * signal aborts with a {@linkcode LockLostError} when leadership is lost,
+   * at the latest when the lock's validity ends without a successful
+   * extension (as in {@linkcode Redlock.using}); a routine's error is an
+   * `"error"` event, and campaigning goes on after a backoff. See
+   * {@linkcode lead}.
    *
    * @param name The name of the leadership (one Redis key).
    * @param duration The lease in ms, renewed before it ends.

@@ -1,12 +1,15 @@
 /**
  * using()'s automatic extension: extends the lock a threshold before its
- * validity ends, again and again, and aborts a signal when it cannot.
+ * validity ends, again and again, and aborts a signal when it cannot, at the
+ * latest when the validity ends.
  */
 
+import { LockLostError } from "../api/errors.ts";
 import type { Lock } from "../api/lock.ts";
 import type { UsingContext, UsingRoutine } from "../api/options.ts";
 import { describeValue } from "../util/validate.ts";
 import type { Settings } from "../api/settings.ts";
+import { show } from "../quorum/servers.ts";
 
 /**
  * The threshold using() extends at: the one set, which must be below the
@@ -30,7 +33,9 @@ export type Extender = (lock: Lock, signal: AbortSignal) => Promise<Lock>;
 /**
  * Keeps a lock alive: schedules each extension `threshold` ms before the
  * current lock's validity ends. When an extension fails, `signal` aborts
- * with its error (the lock can no longer be valid).
+ * with its error (the lock can no longer be valid); when the validity ends
+ * first, `signal` aborts with a {@linkcode LockLostError} then, and the
+ * extension under way is stopped with the same error.
  */
 export class AutoExtension {
   /** What the routine sees: the current lock and how many extensions succeeded. */
@@ -42,6 +47,8 @@ export class AutoExtension {
   readonly #lost = new AbortController();
   readonly #stop = new AbortController();
   #timer: ReturnType<typeof setTimeout> | undefined;
+  /** Fires when the current lock's validity ends; re-armed after each extension. */
+  #deadline: ReturnType<typeof setTimeout> | undefined;
   #extending: Promise<void> | undefined;
 
   constructor(lock: Lock, threshold: number, extend: Extender, signal: AbortSignal | undefined) {
@@ -55,22 +62,42 @@ export class AutoExtension {
   /** Stops extending; resolves to the current lock once no extension is under way. */
   async stop(): Promise<Lock> {
     clearTimeout(this.#timer);
+    clearTimeout(this.#deadline);
     this.#stop.abort();
     await this.#extending;
     return this.context.lock;
   }
 
   #schedule(): void {
-    const wait = Math.max(0, this.context.lock.remainingTime - this.#threshold);
+    clearTimeout(this.#deadline);
+    const remaining = this.context.lock.remainingTime;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       this.#extending = this.#extend(this.context.lock, this.#stop.signal).then(
         (next) => this.#extended(next),
         (error) => {
-          if (!this.#stop.signal.aborted) this.#lost.abort(error);
+          if (this.#stop.signal.aborted) return;
+          clearTimeout(this.#deadline);
+          this.#lost.abort(error);
         },
       );
-    }, wait);
+    }, Math.max(0, remaining - this.#threshold));
+    // Armed after the extension's timer, so that with equal times the extension starts first.
+    this.#deadline = setTimeout(() => this.#expired(), remaining);
+  }
+
+  /** The validity ended before an extension succeeded: the routine must stop now. */
+  #expired(): void {
+    this.#deadline = undefined;
+    clearTimeout(this.#timer);
+    const { resources } = this.context.lock;
+    const error = new LockLostError(
+      `the lock of ${show(resources)} expired before an extension succeeded`,
+      [],
+    );
+    this.#lost.abort(error);
+    // The extension under way can no longer help; it rejects with the same error.
+    this.#stop.abort(error);
   }
 
   #extended(next: Lock): void {

@@ -36,8 +36,10 @@ export interface LeadContext {
 
 /**
  * The work a leader does for one term. Its signal aborts with a
- * {@linkcode LockLostError} when leadership is lost, or with the reason of
- * `options.signal` when campaigning stops.
+ * {@linkcode LockLostError} when leadership is lost (at the latest when the
+ * lock's validity ends without a successful extension, before another
+ * campaigner can lead), or with the reason of `options.signal` when
+ * campaigning stops.
  */
 export type LeadRoutine = (signal: AbortSignal, context: LeadContext) => Promise<void> | void;
 
@@ -131,9 +133,12 @@ class Campaign {
 /**
  * Campaigns for leadership of `name` until `options.signal` aborts: waits
  * for the lock (woken by its release), runs `routine` while holding it with
- * automatic extension, then releases it and campaigns again. A routine's
- * error is dispatched as an `"error"` event on the Redlock and campaigning
- * goes on after a backoff.
+ * automatic extension, then releases it and campaigns again. The routine's
+ * signal aborts with a {@linkcode LockLostError} at the latest when the
+ * lock's validity ends without a successful extension: with clocks that
+ * drift less than `driftFactor`, no other campaigner leads before that. A
+ * routine's error is dispatched as an `"error"` event on the Redlock and
+ * campaigning goes on after a backoff.
  *
  * @param redlock The Redlock to campaign with.
  * @param name The name of the leadership (one Redis key).
@@ -154,7 +159,9 @@ class Campaign {
  * Deno.addSignalListener("SIGTERM", () => shutdown.abort());
  * await lead(redlock, "scheduler", 10_000, async (signal, { term }) => {
  *   console.log(`leading, term ${term}`);
- *   await new Promise((resolve) => signal.addEventListener("abort", resolve));
+ *   if (!signal.aborted) {
+ *     await new Promise((resolve) => signal.addEventListener("abort", resolve));
+ *   }
  * }, { signal: shutdown.signal });
  * ```
  */

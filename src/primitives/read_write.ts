@@ -192,7 +192,8 @@ export class ReadWriteLock implements LockOwner {
   /**
    * Takes the lock in `mode`, runs `routine` while extending it, and
    * releases it when the routine settles; the routine's signal aborts when
-   * the lock is lost.
+   * the lock is lost, at the latest when its validity ends without a
+   * successful extension.
    *
    * @param mode `"read"` or `"write"`.
    * @param duration The lease in ms, renewed before it ends.

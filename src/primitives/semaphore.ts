@@ -204,7 +204,8 @@ export class Semaphore {
 
   /**
    * Takes a permit, runs `routine` while extending it, and releases it
-   * when the routine settles; the routine's signal aborts when it is lost.
+   * when the routine settles; the routine's signal aborts when it is lost,
+   * at the latest when its validity ends without a successful extension.
    *
    * @param duration The lease in ms, renewed before it ends.
    * @param routine The work; gets a signal and the current permit.
