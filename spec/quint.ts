@@ -114,6 +114,7 @@ export async function quintRun(options: RunOptions): Promise<RunResult> {
   } = options;
   const args = [
     "run",
+    MODEL,
     "--backend=typescript",
     `--main=${main}`,
     `--init=${init}`,
@@ -136,7 +137,7 @@ export async function quintRun(options: RunOptions): Promise<RunResult> {
   const { code, stdout, stderr } = await new Deno.Command(
     `${home}/node_modules/.bin/quint`,
     {
-      args: [...args, MODEL],
+      args,
       stdout: "piped",
       stderr: "piped",
     },
