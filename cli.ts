@@ -10,13 +10,15 @@
  * deno run -A jsr:@x/redlock/cli status nightly-backup
  * ```
  *
- * `deno run -A jsr:@x/redlock/cli --help` lists the options and exit statuses.
+ * `deno run -A jsr:@x/redlock/cli --help` lists the commands; `run --help`,
+ * `lead --help` and `status --help` each list its options and exit statuses.
  *
  * @module
  */
 
-import { EXIT, parseArgs, USAGE, UsageError } from "./src/cli/args.ts";
+import { parseArgs, UsageError } from "./src/cli/args.ts";
 import { COMMANDS } from "./src/cli/commands.ts";
+import { EXIT, HELP, SYNOPSIS, VERSION } from "./src/cli/usage.ts";
 
 const log = (line: string): void => console.error(`redlock: ${line}`);
 
@@ -24,7 +26,7 @@ const log = (line: string): void => console.error(`redlock: ${line}`);
  * Runs the command line and returns its exit status.
  *
  * @param args The arguments, without the program name.
- * @returns The exit status: see `--help`.
+ * @returns The exit status: see `--help` of each command.
  *
  * @example Running `status` from code
  * ```ts no-eval
@@ -39,11 +41,15 @@ export async function main(args: readonly string[]): Promise<number> {
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
     log(error.message);
-    console.error(USAGE[error.subcommand ?? "main"]);
+    console.error(SYNOPSIS[error.topic]);
     return EXIT.USAGE;
   }
   if ("help" in parsed) {
-    console.log(USAGE[parsed.help]);
+    console.log(HELP[parsed.help]);
+    return 0;
+  }
+  if ("version" in parsed) {
+    console.log(`redlock ${VERSION}`);
     return 0;
   }
   try {

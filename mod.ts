@@ -60,6 +60,7 @@ export {
   type ExecutionStats,
   LockConflictError,
   LockLostError,
+  PermissionError,
   RequestTimeoutError,
   ResourceLockedError,
 } from "./src/api/errors.ts";

@@ -20,6 +20,7 @@ import {
   ResourceLockedError as SesameLockedError,
 } from "@sesamecare-oss/redlock";
 import { createRedlock, IoredisAdapter } from "redlock-universal";
+import { RedlockMutex, TimeoutError as SemaphoreTimeoutError } from "redis-semaphore";
 import {
   type ClientKind,
   closeAll,
@@ -324,6 +325,49 @@ const universal: Impl = {
   },
 };
 
+/**
+ * redis-semaphore's `RedlockMutex` over ioredis, one per acquire as its
+ * README shows; no automatic refresh (`refreshInterval: 0`), as the other
+ * rows hold no timer either.
+ */
+const redisSemaphore: Impl = {
+  id: "redis-semaphore",
+  label: "redis-semaphore",
+  client: "ioredis",
+  role: "peer",
+  // RedlockMultiSemaphore takes several permits of one key, not several keys.
+  multiResource: false,
+  // Its refresh is a timer of the lock, not a using() around a routine.
+  hasUsing: false,
+  async open(ports, settings) {
+    const connections = await connectAll("ioredis", ports);
+    const clients = connections.map((c) => c.client);
+    const unlimited = settings.retryCount === -1;
+    return {
+      errors: new ErrorCount(),
+      async acquire(keys, ttl) {
+        if (keys.length !== 1) unsupported("a lock on several resources");
+        const mutex = new RedlockMutex(clients, keys[0]!, {
+          lockTimeout: ttl,
+          acquireTimeout: unlimited ? 3_600_000 : 10_000,
+          acquireAttemptsLimit: unlimited ? Infinity : settings.retryCount + 1,
+          retryInterval: settings.retryDelay,
+          refreshInterval: 0,
+        });
+        try {
+          await mutex.acquire();
+        } catch (error) {
+          if (error instanceof SemaphoreTimeoutError) throw new Error("redis-semaphore: locked");
+          throw error;
+        }
+        return { release: () => mutex.release() };
+      },
+      using: () => unsupported("using()"),
+      close: () => closeAll(connections),
+    };
+  },
+};
+
 /** The protocol floor with clients of `kind`. */
 function floorImpl(kind: ClientKind): Impl {
   return {
@@ -378,6 +422,7 @@ export const IMPLS: readonly Impl[] = [
   nodeRedlockImpl(false),
   nodeRedlockImpl(true),
   universal,
+  redisSemaphore,
   floorImpl("ioredis"),
   floorImpl("node-redis"),
 ];

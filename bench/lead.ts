@@ -25,6 +25,7 @@ import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
 import { Redlock } from "../mod.ts";
+import { untilAborted } from "../tests/_abort.ts";
 import { type RedisServers, startServers } from "../scripts/redis.ts";
 import { percentile, sleep } from "./_stats.ts";
 
@@ -101,7 +102,7 @@ class Campaigner {
     this.#stop = new AbortController();
     this.#running = this.redlock.lead("bench:leader", LEASE, async (signal) => {
       this.onStart(performance.now());
-      await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+      await untilAborted(signal);
     }, { signal: this.#stop.signal });
   }
 

@@ -78,6 +78,8 @@ export interface CaseResult {
   readonly serverErrors: Readonly<Record<string, number>>;
   readonly failedReleases: number;
   readonly errors: readonly string[];
+  /** Rejections nobody handled and errors nobody caught in the workers: each fails the run. */
+  readonly uncaught: readonly string[];
   /** The raw history, for `--out`. */
   readonly history: { readonly holds: readonly Hold[]; readonly calls: readonly AcquireCall[] };
   /** Safety promises the case broke: each fails the run. */
@@ -143,6 +145,12 @@ function judge(
   }
   if (result.hung.length > 0) {
     violations.push(`acquire() did not return in workers ${result.hung.join(", ")}`);
+  }
+  if (result.uncaught.length > 0) {
+    violations.push(
+      `${result.uncaught.length} unhandled rejection(s) or uncaught error(s): ` +
+        result.uncaught.slice(0, 3).join("; "),
+    );
   }
   const stuck = result.late.filter((w) => !result.hung.includes(w));
   if (stuck.length > 0) {
@@ -312,6 +320,7 @@ export async function runCase(
     serverErrors: recorder.serverErrors,
     failedReleases: recorder.failedReleases,
     errors: recorder.errors,
+    uncaught: recorder.uncaught,
   };
   return { ...partial, history: { holds, calls: recorder.calls }, ...judge(partial) };
 }

@@ -4,15 +4,19 @@
  * `start` line, a `valid` line each time its lock is extended (the new
  * expiration) and an `end` line (at the instant its signal aborted), as
  * `<event> <pid> <term> <Date.now()> <lock.expiration>`, and the spans in
- * which it could not run its timers (stalls). SIGTERM ends it (exit 0).
+ * which it could not run its timers (stalls). SIGTERM ends it (exit 0; 3
+ * when a rejection went unhandled or an error uncaught, each also printed
+ * on stderr).
  *
  * @module
  */
 
 import { Redis } from "ioredis";
 import { Redlock } from "../mod.ts";
+import { Uncaught } from "./_uncaught.ts";
 
 const [log, name, lease, wait, ...ports] = Deno.args;
+const uncaught = new Uncaught((what) => console.error(`campaigner ${Deno.pid}: ${what}`));
 const clients = ports.map((port) => {
   const client = new Redis({ host: "127.0.0.1", port: Number(port), retryStrategy: () => 50 });
   client.on("error", () => {});
@@ -68,4 +72,4 @@ await redlock.lead(name!, Number(lease), async (signal, context) => {
 }, { signal: shutdown.signal });
 clearInterval(stalls);
 for (const client of clients) client.disconnect();
-Deno.exit(0);
+Deno.exit(uncaught.seen.length > 0 ? 3 : 0);

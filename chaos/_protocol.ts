@@ -164,6 +164,8 @@ export type Report =
     readonly message?: string;
   }
   | { readonly ev: "error"; readonly w: number; readonly t: number; readonly message: string }
+  /** A rejection nobody handled or an error nobody caught, in the worker. */
+  | { readonly ev: "uncaught"; readonly w: number; readonly t: number; readonly message: string }
   | {
     readonly ev: "bye";
     readonly w: number;

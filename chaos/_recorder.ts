@@ -46,6 +46,8 @@ export class Recorder {
   aborts = 0;
   /** Whether any lock came with a fencing token. */
   fencing = false;
+  /** Rejections nobody handled and errors nobody caught in the workers. */
+  readonly uncaught: string[] = [];
   /** Acquire calls in flight, by worker: their start. */
   readonly #open = new Map<number, number>();
   /** The hold each worker has, until it starts releasing it. */
@@ -131,6 +133,9 @@ export class Recorder {
       }
       case "error":
         this.errors.push(`worker ${report.w}: ${report.message}`);
+        break;
+      case "uncaught":
+        this.uncaught.push(`worker ${report.w}: ${report.message}`);
         break;
       case "bye":
         for (const [name, count] of Object.entries(report.serverErrors)) {

@@ -15,6 +15,7 @@ import { lines } from "./_lines.ts";
 import { type Command, instant, type Report, type WorkerConfig } from "./_protocol.ts";
 import { Rng } from "./_rng.ts";
 import { GuardedStore, holdTag } from "./_store.ts";
+import { Uncaught } from "./_uncaught.ts";
 
 /** ms of validity a hold wants left, beyond its think time, before it writes. */
 const MARGIN = 50;
@@ -26,6 +27,9 @@ const w = config.id;
 function send(report: Report): void {
   console.log(JSON.stringify(report));
 }
+
+// Reported, and then kept from ending the worker: the run fails on any.
+new Uncaught((message) => send({ ev: "uncaught", w, t: instant(), message }));
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 

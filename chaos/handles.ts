@@ -19,6 +19,7 @@ import { type RedisServers, startServers } from "../scripts/redis.ts";
 import { type Lock, Redlock } from "../mod.ts";
 import { Rng } from "./_rng.ts";
 import { sleep } from "./_faults.ts";
+import { Uncaught } from "./_uncaught.ts";
 
 /** The longest lease a worker takes, ms: a killed server restarts after it. */
 const LEASE_MAX = 1_000;
@@ -47,6 +48,8 @@ export interface HandleCaseResult {
   readonly mostAtOnce: number;
   /** Instants with more valid permits than permits (sem). */
   readonly overSubscribed: number;
+  /** Rejections nobody handled and errors nobody caught while it ran. */
+  readonly uncaught: readonly string[];
   readonly violations: readonly string[];
 }
 
@@ -198,6 +201,8 @@ export async function runHandleCase(
   ms: number,
   seed: number,
 ): Promise<HandleCaseResult> {
+  // The workers run in this process: what they leave unhandled lands here.
+  using uncaught = new Uncaught();
   await using servers = await startServers(SERVERS);
   const rng = new Rng(seed);
   const holds: Hold[] = [];
@@ -229,6 +234,12 @@ export async function runHandleCase(
   const violations: string[] = [];
   if (overlaps > 0) violations.push(`${overlaps} writer(s) overlapped another valid lease`);
   if (overSubscribed > 0) violations.push(`${overSubscribed} time(s) more than ${PERMITS} permits`);
+  if (uncaught.seen.length > 0) {
+    violations.push(
+      `${uncaught.seen.length} unhandled rejection(s) or uncaught error(s): ` +
+        uncaught.seen.slice(0, 3).join("; "),
+    );
+  }
   return {
     name,
     holds: holds.length,
@@ -238,6 +249,7 @@ export async function runHandleCase(
     writerOverlaps: overlaps,
     mostAtOnce,
     overSubscribed,
+    uncaught: [...uncaught.seen],
     violations,
   };
 }
@@ -251,7 +263,7 @@ export function describe(result: HandleCaseResult): string {
     ? `writer overlaps ${result.writerOverlaps}, most readers at once ${result.mostAtOnce}`
     : `over-subscriptions ${result.overSubscribed}, most permits at once ${result.mostAtOnce} of ${PERMITS}`;
   return `case ${result.name}: ${result.holds} holds (${kinds}); faults: ${faults || "none"}; ` +
-    `${what}; failed acquires: ${failures || "none"}`;
+    `${what}; failed acquires: ${failures || "none"}; uncaught: ${result.uncaught.length}`;
 }
 
 /** Runs both cases for `seconds` in all; false when a promise was broken. */

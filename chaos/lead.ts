@@ -360,7 +360,13 @@ export async function runLeadChaos(options: LeadChaosOptions): Promise<boolean> 
         `  TERMS: ${b.term} began after ${a.term}${aof ? "" : " (expected without persistence)"}`,
       );
     }
-    const safe = overlaps.length === 0 && (unordered.length === 0 || !aof) && terms.length > 1;
+    // Exit code 3: a campaigner left a rejection unhandled or an error uncaught.
+    const uncaught = codes.filter((code) => code === 3).length;
+    if (uncaught > 0) {
+      log(`  UNCAUGHT: ${uncaught} campaigner(s) saw an unhandled rejection or error`);
+    }
+    const safe = overlaps.length === 0 && (unordered.length === 0 || !aof) && terms.length > 1 &&
+      uncaught === 0;
     if (terms.length <= 1) log("  too few terms to tell: no failover happened");
     log(safe ? "SAFE: never two valid leaders at once, terms grew" : "UNSAFE");
     return safe;

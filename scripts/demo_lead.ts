@@ -1,8 +1,8 @@
 /**
  * `deno task demo:lead`: three "hosts" run the same scheduler with
  * `redlock lead` (the command line) over three Redis servers; exactly one
- * runs it at a time. The leading host crashes (`kill -9` of its whole
- * process group, command included) and another takes over within the
+ * runs it at a time. The leading host crashes (`kill -9` of its process
+ * group and of its command's, as a power loss would) and another takes over within the
  * lease; then the new leader is told to stop (SIGTERM) and hands over at
  * once.
  *
@@ -24,12 +24,16 @@ const leaders = `${dir}/leaders`;
 const t0 = Date.now();
 const stamp = () => `${((Date.now() - t0) / 1000).toFixed(2).padStart(6)} s`;
 
-/** A host: `redlock lead` in its own process group (a crash takes its command along). */
+/**
+ * A host: `redlock lead` in its own process group. Its command runs in a
+ * group of its own (the CLI's doing), so a crash kills both groups, as a
+ * host's power loss would.
+ */
 class Host {
   readonly process: Deno.ChildProcess;
   constructor(readonly name: string) {
     // The scheduler notes each start (host, term, time) and ticks every 500 ms.
-    const scheduler = `echo "${name} $REDLOCK_FENCING_TOKEN $(date +%s%3N)" >> ${leaders}; ` +
+    const scheduler = `echo "${name} $REDLOCK_FENCING_TOKEN $(date +%s%3N) $$" >> ${leaders}; ` +
       `while :; do echo "tick (term $REDLOCK_FENCING_TOKEN)"; sleep 0.5; done`;
     this.process = new Deno.Command("setsid", {
       args: [
@@ -66,13 +70,21 @@ class Host {
     }
   }
 
-  /** A crash: SIGKILL to the host's whole process group (setsid made it its leader). */
-  crash(): void {
+  /**
+   * A crash: SIGKILL to the host's process group (setsid made it its
+   * leader) and to its command's (`commandPid` leads it).
+   */
+  crash(commandPid: number): void {
     Deno.kill(-this.process.pid, "SIGKILL");
+    try {
+      Deno.kill(-commandPid, "SIGKILL");
+    } catch {
+      // gone already
+    }
   }
 }
 
-/** The lines of the leaders file: `host term ms`. */
+/** The lines of the leaders file: `host term ms pid` (pid: the command's). */
 async function leaderLines(): Promise<string[][]> {
   const text = await Deno.readTextFile(leaders).catch(() => "");
   return text.split("\n").filter(Boolean).map((l) => l.split(" "));
@@ -88,13 +100,13 @@ async function nextLeader(count: number): Promise<string[]> {
 
 const hosts = new Map(HOSTS.map((name) => [name, new Host(name)]));
 try {
-  const [first, term1] = await nextLeader(1);
+  const [first, term1, , pid1] = await nextLeader(1);
   console.log(`${stamp()}  ${first} leads (term ${term1}); the others campaign`);
   await sleep(2_000);
 
-  console.log(`${stamp()}  ${first} crashes: kill -9 of its process group`);
+  console.log(`${stamp()}  ${first} crashes: kill -9 of its process groups`);
   const crashedAt = Date.now();
-  hosts.get(first!)!.crash();
+  hosts.get(first!)!.crash(Number(pid1));
   await hosts.get(first!)!.process.status;
   hosts.delete(first!);
   const [second, term2, at2] = await nextLeader(2);

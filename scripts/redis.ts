@@ -23,6 +23,8 @@ export interface StartOptions {
   aof?: boolean;
   /** Force an engine instead of detecting one. */
   engine?: Engine;
+  /** More `redis-server` arguments for the server on `port` (e.g. `--tls-port`). Default none. */
+  args?: (port: number) => readonly string[];
 }
 
 const decoder = new TextDecoder();
@@ -381,6 +383,7 @@ export async function startServers(
         ...(cluster
           ? ["--cluster-enabled", "yes", "--cluster-config-file", `nodes-${port}.conf`]
           : []),
+        ...(options.args?.(port) ?? []),
       ];
       const server = new RedisServer(port, engine, dir, args);
       servers.push(server);

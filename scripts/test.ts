@@ -3,12 +3,14 @@
  * servers the tests start themselves (through scripts/redis.ts), then stops
  * anything a failed or interrupted run left behind. Extra arguments go to
  * `deno test` (e.g. `deno task test --filter ioredis`, or test files to run
- * only those).
+ * only those). A test that runs past REDLOCK_TEST_LIMIT seconds (120 by
+ * default) stops the run, which names it and fails (see `_watchdog.ts`).
  *
  * @module
  */
 
 import { detectEngine, orExplain, reapServers, redisImage } from "./redis.ts";
+import { type Overrun, Watchdog } from "./_watchdog.ts";
 
 const engine = await orExplain(detectEngine); // fails early, in one line, when neither way works
 const runDir = await Deno.makeTempDir({ prefix: "redlock-test-" });
@@ -27,7 +29,9 @@ const child = new Deno.Command(Deno.execPath(), {
   args: ["test", "--allow-all", ...(runtimes.ignore ?? []), ...Deno.args, ...files],
   env: { REDLOCK_RUN_DIR: runDir, ...runtimes.env },
   stdin: "null",
+  stdout: "piped",
 }).spawn();
+const overrun = watch(child, testLimit());
 
 const forward = (signal: Deno.Signal) => () => {
   try {
@@ -44,6 +48,15 @@ Deno.addSignalListener("SIGTERM", onTerm);
 let code = 1;
 try {
   code = (await child.status).code;
+  const hung = await overrun;
+  if (hung !== undefined) {
+    const where = hung.file === undefined ? "" : ` in ${hung.file}`;
+    console.error(
+      `error: the test "${hung.test}"${where} ran past ${hung.seconds} s: the run was stopped ` +
+        "(REDLOCK_TEST_LIMIT sets the limit in seconds)",
+    );
+    code = 1;
+  }
 } finally {
   Deno.removeSignalListener("SIGINT", onInt);
   Deno.removeSignalListener("SIGTERM", onTerm);
@@ -52,6 +65,37 @@ try {
   await Deno.remove(runDir, { recursive: true }).catch(() => {});
 }
 Deno.exit(code);
+
+/** Seconds one test may run: REDLOCK_TEST_LIMIT, else 120 (the runner reports each minute). */
+function testLimit(): number {
+  const set = Deno.env.get("REDLOCK_TEST_LIMIT");
+  const limit = set === undefined ? 120 : Number(set);
+  if (!(limit > 0)) {
+    throw new RangeError(`REDLOCK_TEST_LIMIT must be a number of seconds, got ${set}`);
+  }
+  return limit;
+}
+
+/**
+ * Passes the runner's output on and watches it: when a test runs past
+ * `limit` seconds, stops the runner (SIGTERM, SIGKILL 5 s later) and
+ * resolves to that test.
+ */
+async function watch(child: Deno.ChildProcess, limit: number): Promise<Overrun | undefined> {
+  const dog = new Watchdog(limit);
+  const decoder = new TextDecoder();
+  let hung: Overrun | undefined;
+  for await (const chunk of child.stdout) {
+    await Deno.stdout.write(chunk);
+    if (hung !== undefined) continue;
+    hung = dog.read(decoder.decode(chunk, { stream: true }));
+    if (hung === undefined) continue;
+    forward("SIGTERM")();
+    const kill = setTimeout(forward("SIGKILL"), 5_000);
+    child.status.finally(() => clearTimeout(kill));
+  }
+  return hung;
+}
 
 /**
  * The npm packages the Node and Bun tests run (tests/runtimes/package.json),

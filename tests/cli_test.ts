@@ -1,98 +1,86 @@
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { Redlock } from "../mod.ts";
-import { connectAll, type RedisServers, sleep, startServers } from "./_redis.ts";
+import config from "../deno.json" with { type: "json" };
+import { connectAll, startServers } from "./_redis.ts";
+import { cli, lines, type Outcome, outcome, spawnCli, waitForLines, withTempDir } from "./_cli.ts";
 
-const CLI = fileURLToPath(new URL("../cli.ts", import.meta.url));
-const decoder = new TextDecoder();
-
-/** The CLI as a child process of this test, with REDLOCK_REDIS pointing at `servers`. */
-function spawnCli(servers: RedisServers | undefined, args: string[]): Deno.ChildProcess {
-  const env: Record<string, string> = servers
-    ? { REDLOCK_REDIS: servers.servers.map((s) => s.url).join(",") }
-    : {};
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", CLI, ...args],
-    env,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-}
-
-interface Outcome {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-async function cli(servers: RedisServers | undefined, args: string[]): Promise<Outcome> {
-  const { code, stdout, stderr } = await spawnCli(servers, args).output();
-  return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };
-}
-
-async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {
-  const dir = await Deno.makeTempDir({ prefix: "redlock-cli-" });
-  try {
-    await fn(dir);
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
-}
-
-async function lines(path: string): Promise<string[]> {
-  const text = await Deno.readTextFile(path).catch(() => "");
-  return text.split("\n").filter(Boolean);
-}
-
-async function waitForLines(path: string, count: number, ms: number): Promise<string[]> {
-  const deadline = performance.now() + ms;
-  while (performance.now() < deadline) {
-    const found = await lines(path);
-    if (found.length >= count) return found;
-    await sleep(20);
-  }
-  throw new Error(`${path}: fewer than ${count} lines after ${ms} ms: ${await lines(path)}`);
-}
-
-Deno.test("cli --help of each command shows its usage and the exit statuses", async () => {
-  for (const args of [["--help"], ["run", "--help"], ["lead", "-h"], ["status", "--help"]]) {
-    const { code, stdout } = await cli(undefined, args);
+Deno.test("cli --help of each command lists its options and only its own exit statuses", async () => {
+  const help = async (args: string[]) => {
+    const { code, stdout, stderr } = await cli(undefined, args);
     assert.equal(code, 0, args.join(" "));
+    assert.equal(stderr, "");
     assert.match(stdout, /^Usage: redlock/);
-    assert.match(stdout, /75 the lock could not be had/);
-    assert.match(stdout, /76 the lock was lost/);
-  }
-  assert.match((await cli(undefined, ["run", "--help"])).stdout, /--wait D/);
+    return stdout;
+  };
+  const statuses = (text: string) =>
+    [...text.slice(text.indexOf("Exit status")).matchAll(/^ {2}(\d+)/gm)].map((m) => Number(m[1]));
+  const main = await help(["--help"]);
+  assert.deepEqual(statuses(main), [64, 69, 70]);
+  const run = await help(["run", "--help"]);
+  assert.match(run, /--wait D/);
+  assert.deepEqual(statuses(run), [128, 75, 76, 127, 64, 69, 70]);
+  assert.match(run, /128 \+ N/);
+  const lead = await help(["lead", "-h"]);
+  assert.doesNotMatch(lead, /--wait|--fencing/);
+  assert.deepEqual(statuses(lead), [0, 127, 64, 69, 70]);
+  const status = await help(["status", "--help"]);
+  assert.deepEqual(statuses(status), [0, 1, 64, 69, 70]);
+  assert.doesNotMatch(status, /\b(75|76|126|127)\b/);
 });
 
-Deno.test("cli rejects bad arguments with one line and the usage, no stack trace, no password", async () => {
+Deno.test("cli --version prints deno.json's version", async () => {
+  const { code, stdout } = await cli(undefined, ["--version"]);
+  assert.equal(code, 0);
+  assert.equal(stdout, `redlock ${config.version}\n`);
+});
+
+Deno.test("cli rejects bad arguments with one line and one usage line, no stack trace, no password", async () => {
+  const r = ["--redis", "redis://a:1"];
   const cases: [string[], RegExp][] = [
     [[], /a command is missing/],
     [["frob"], /unknown command "frob"/],
-    [
-      ["run", "--redis", "redis://a:1", "--lease", "30", "x", "--", "true"],
-      /--lease must be a duration such as 500ms/,
-    ],
-    [
-      ["run", "--redis", "redis://a:1", "--wait", "5 m", "x", "--", "true"],
-      /--wait must be a duration/,
-    ],
-    [["run", "--redis", "redis://a:1", "x"], /COMMAND is missing/],
-    [["run", "--redis", "redis://a:1", "--frob", "x", "--", "true"], /unknown option --frob/],
+    [["-x"], /unknown option -x/],
+    [["--frob=1"], /unknown option --frob$/],
+    [["run", ...r, "--lease", "30", "x", "--", "true"], /--lease must be a duration such as 500ms/],
+    [["run", ...r, "--wait", "5 m", "x", "--", "true"], /--wait must be a duration/],
+    [["run", ...r, "x"], /-- and the command are missing/],
+    [["run", ...r, "x", "--"], /COMMAND is missing after --/],
+    [["run", ...r, "x", "echo", "ok"], /unexpected argument "echo"/],
+    [["run", ...r, "x", "y", "--", "echo", "ok"], /unexpected argument "y"/],
+    [["run", ...r, "-q", "echo", "hello"], /unknown option -q$/],
+    [["run", ...r, "-w", "5s", "x", "--", "echo", "ok"], /unknown option -w$/],
+    [["run", ...r, "--frob", "x", "--", "true"], /unknown option --frob$/],
+    [["lead", ...r, "--wait", "1s", "x", "--", "true"], /unknown option --wait$/],
+    [["run", ...r, "--fencing=yes", "x", "--", "true"], /--fencing takes no value/],
+    [["run", ...r, "--lease", "1s", "--lease", "2s", "x", "--", "true"], /--lease given twice/],
     [["run", "x", "--", "true"], /no Redis server/],
+    [["status", ...r, "x", "--", "true"], /status takes no command/],
+    [["status", ...r, "x", "y"], /unexpected argument "y"/],
+    [["status", ...r], /NAME is missing/],
+    [["status", "--redis", "redis://a:99999", "x"], /port must be from 1 to 65535/],
     [["status", "--redis", "http://user:hunter2@a:1", "x"], /redis:\/\/ or rediss:\/\/ URL/],
     [["status", "--redis", "redis://user:hunter2@:1", "x"], /redis:\/\/ or rediss:\/\/ URL/],
-    [["status", "--redis", "redis://a:1", "--lease"], /--lease/],
+    [["status", "--redis", "redis://user:hunter2@a:99999", "x"], /port must be/],
+    [["status", "--redis", "redis://a:1", "--redis"], /--redis needs a value/],
   ];
-  for (const [args, message] of cases) {
-    const { code, stderr } = await cli(undefined, args);
-    assert.equal(code, 64, args.join(" "));
-    const [first, second] = stderr.split("\n");
-    assert.match(first!, /^redlock: /);
-    assert.match(first!, message);
-    assert.match(second!, /^Usage: redlock/);
-    assert.doesNotMatch(stderr, /\n\s+at /);
+  // Five at a time: each is a process of its own.
+  const outcomes: Outcome[] = [];
+  for (let i = 0; i < cases.length; i += 5) {
+    outcomes.push(
+      ...await Promise.all(cases.slice(i, i + 5).map(([args]) => cli(undefined, args))),
+    );
+  }
+  for (const [i, [args, message]] of cases.entries()) {
+    const { code, stdout, stderr } = outcomes[i]!;
+    const what = `${args.join(" ")}: ${stderr}`;
+    assert.equal(code, 64, what);
+    assert.equal(stdout, "", what);
+    const [first, second, ...more] = stderr.split("\n");
+    assert.match(first!, /^redlock: /, what);
+    assert.match(first!, message, what);
+    const topic = ["run", "lead", "status"].includes(args[0]!) ? args[0] : "run\\|lead\\|status";
+    assert.match(second!, new RegExp(`^Usage: redlock ${topic} \\[options\\] NAME`), what);
+    assert.deepEqual(more, [""], what);
     assert.doesNotMatch(stderr, /hunter2/);
   }
 });
@@ -155,7 +143,7 @@ Deno.test("cli run returns 75 without running the command when another holds the
   await using servers = await startServers(3);
   await using clients = await connectAll("ioredis", servers);
   await using redlock = new Redlock(clients.clients);
-  const holder = await redlock.acquire("job", 10_000);
+  const holder = await redlock.acquire("job", 120_000); // outlives the runs, however slow
   await withTempDir(async (dir) => {
     for (const wait of [[], ["--wait", "300ms"]]) {
       const start = performance.now();
@@ -195,14 +183,14 @@ Deno.test("cli run stops the command and returns 76 when a majority pauses past 
       "-c",
       script,
     ]);
-    await waitForLines(file, 1, 10_000);
+    await waitForLines(file, 1, 30_000, child);
     const [a, b] = servers.servers;
     await a!.pause();
     await b!.pause();
     try {
-      const { code, stderr } = await child.output();
-      assert.equal(code, 76, decoder.decode(stderr));
-      assert.match(decoder.decode(stderr), /lost the lock "job": stopping the command/);
+      const { code, stderr } = await outcome(child);
+      assert.equal(code, 76, stderr);
+      assert.match(stderr, /lost the lock "job": stopping the command/);
     } finally {
       await a!.resume();
       await b!.resume();
@@ -260,7 +248,7 @@ Deno.test("cli lead restarts the command and fails over to the other process aft
 
       const survivor = byPid.get(third[1])!;
       survivor.kill("SIGTERM");
-      const { code } = await survivor.output();
+      const { code } = await outcome(survivor);
       assert.equal(code, 0);
       // its last command was stopped with it
       const last = parse((await lines(file)).at(-1)!);

@@ -8,6 +8,7 @@ import {
   Redlock,
 } from "../mod.ts";
 import { setup, sleep } from "./_redis.ts";
+import { untilAborted } from "./_abort.ts";
 
 Deno.test("a Redlock dispatches acquired, extended and released with the lock", async () => {
   await using env = await setup("ioredis", 3);
@@ -63,7 +64,7 @@ Deno.test("using() dispatches lost when its lock vanishes, and extend() when it 
   redlock.on("lost", (e) => lost.push(e));
   await redlock.using("vanishing", 400, async (signal, { lock }) => {
     for (const server of env.servers.servers) await server.command("DEL", "vanishing");
-    await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+    await untilAborted(signal, 10_000);
     assert.equal(lost.length, 1);
     assert.equal(lost[0]!.lock.value, lock.value);
     assert.ok(lost[0]!.error instanceof LockLostError);

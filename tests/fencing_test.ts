@@ -58,7 +58,12 @@ for (const kind of KINDS) {
             await lock.release();
           }
         };
-        const workers = Array.from({ length: 6 }, worker);
+        // Held at once: a worker that fails fails the test, not the file (an unheld rejection).
+        let failure: unknown;
+        const workers = Promise.all(Array.from({ length: 6 }, worker)).catch((error) => {
+          failure ??= error;
+          stop = true;
+        });
         const minority = env.servers.servers.slice(0, Math.floor((count - 1) / 2));
         await sleep(300);
         for (const server of minority) await server.kill();
@@ -66,7 +71,8 @@ for (const kind of KINDS) {
         for (const server of minority) await server.start(); // empty: no persistence
         await sleep(400);
         stop = true;
-        await Promise.all(workers);
+        await workers;
+        if (failure !== undefined) throw failure;
         assert.ok(granted.length > 20, `${granted.length} grants`);
         for (let i = 1; i < granted.length; i++) {
           assert.ok(

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { type LeadContext, Redlock } from "../mod.ts";
 import { onEveryServer, type RedisServers, setup, sleep, startServers } from "./_redis.ts";
+import { untilAborted } from "./_abort.ts";
 
 const CAMPAIGNER = fileURLToPath(new URL("./fixtures/campaigner.ts", import.meta.url));
 
@@ -49,7 +50,7 @@ Deno.test("lead() reports a routine's error, backs off, and leads again with a h
     if (terms.length < 3) throw new Error(`failure ${terms.length}`);
     // the third term leads until told to stop; that abort reaches the routine
     setTimeout(() => stop.abort(new Error("stop")), 50);
-    await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+    await untilAborted(signal, 10_000);
     stopSeen = signal.reason;
   }, { signal: stop.signal });
   assert.deepEqual(errors.map((e) => e.message), ["failure 1", "failure 2"]);
@@ -113,8 +114,9 @@ class Campaigners implements AsyncDisposable {
   readonly killed = new Set<number>();
   constructor(readonly log: string, readonly name: string, readonly lease: number) {}
 
-  spawn(servers: RedisServers): void {
+  spawn(servers: RedisServers, env: Record<string, string> = {}): Deno.ChildProcess {
     const child = new Deno.Command(Deno.execPath(), {
+      env,
       args: [
         "run",
         "-A",
@@ -129,6 +131,7 @@ class Campaigners implements AsyncDisposable {
       stderr: "null",
     }).spawn();
     this.children.set(child.pid, child);
+    return child;
   }
 
   signal(pid: number, signal: Deno.Signal): void {
@@ -212,6 +215,30 @@ Deno.test("lead() across processes: one leader at a time, handover on abort, fai
     checkOneLeaderAtATime(history, campaigners.killed);
     assert.equal(history.filter((e) => e.event === "exit").length, 2);
     await onEveryServer(servers, "leader", null);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a leader stopped between its term's start and its listening for the abort still stops", async () => {
+  await using servers = await startServers(3);
+  const dir = await Deno.makeTempDir({ prefix: "redlock-lead-" });
+  const log = `${dir}/log`;
+  try {
+    await using campaigners = new Campaigners(log, "early-stop", 1_500);
+    // It pauses 500 ms after writing "start": the SIGTERM lands before it listens.
+    const child = campaigners.spawn(servers, { CAMPAIGNER_PAUSE_MS: "500" });
+    await waitFor(log, "start", 1, 20_000);
+    campaigners.signal(child.pid, "SIGTERM");
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const status = await Promise.race([
+      child.status,
+      new Promise<undefined>((resolve) => timer = setTimeout(() => resolve(undefined), 10_000)),
+    ]).finally(() => clearTimeout(timer));
+    if (status === undefined) campaigners.killed.add(child.pid); // disposed with SIGKILL
+    assert.equal(status?.code, 0, "it ended within 10 s of the SIGTERM");
+    await waitFor(log, "end", 1, 1_000);
+    await onEveryServer(servers, "early-stop", null);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

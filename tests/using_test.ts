@@ -1,17 +1,10 @@
 import assert from "node:assert/strict";
 import { ExecutionError, LockLostError, Redlock, type RedlockErrorEvent } from "../mod.ts";
 import { get, KINDS, onEveryServer, scriptCalls, setup, sleep } from "./_redis.ts";
+import { untilAborted } from "./_abort.ts";
 
 /** Resolves with the signal's reason once it aborts, or rejects after `ms`. */
-function aborted(signal: AbortSignal, ms: number): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`not aborted within ${ms} ms`)), ms);
-    signal.addEventListener("abort", () => {
-      clearTimeout(timer);
-      resolve(signal.reason);
-    }, { once: true });
-  });
-}
+const aborted = (signal: AbortSignal, ms: number): Promise<unknown> => untilAborted(signal, ms);
 
 for (const kind of KINDS) {
   Deno.test(`[${kind}] using() extends a short lock at least 3 times while the routine runs`, async () => {

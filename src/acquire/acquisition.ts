@@ -304,6 +304,13 @@ class Acquisition implements Sleeper {
     if (!ballot.ok || until <= ballot.end) return undefined;
     if (fencing) {
       const token = await fence(this.#servers, keys, ballot.token, until, settings.requestTimeout);
+      const { signal } = this.#request;
+      if (signal?.aborted) {
+        // Aborted while the token was confirmed: the keys are let go, as mid-round.
+        abandon(this.#servers, this.#request);
+        this.#queued = false;
+        throw signal.reason;
+      }
       if (token === undefined || until <= now()) return undefined;
     }
     // The servers that took the lock dropped the queue entry; tell the others,

@@ -113,9 +113,12 @@ export class ResourceLockedError extends ExecutionError {
  * ```ts no-eval
  * import { LockLostError } from "@x/redlock";
  * // await redlock.using("resource", 5_000, async (signal) => {
- * //   signal.addEventListener("abort", () => {
+ * //   const onAbort = () => {
  * //     if (signal.reason instanceof LockLostError) console.log("lost it");
- * //   });
+ * //   };
+ * //   // (an abort that fired already never fires again: check it first)
+ * //   if (signal.aborted) onAbort();
+ * //   else signal.addEventListener("abort", onAbort, { once: true });
  * // });
  * console.log(LockLostError.name);
  * ```
@@ -132,6 +135,61 @@ export class LockLostError extends ExecutionError {
     super(message, attempts, options);
     this.name = "LockLostError";
   }
+}
+
+/**
+ * The Redis user may not run what the operation needs (a `NOPERM` reply):
+ * a command, a key or a channel outside its ACL rules. It fails the call as
+ * soon as the refusals make a quorum impossible, without retrying until the
+ * timeout; docs/production.md lists the rules a lock user needs.
+ *
+ * @example Telling a missing ACL rule from a busy resource
+ * ```ts no-eval
+ * import { PermissionError } from "@x/redlock";
+ * try {
+ *   // await redlock.acquire("resource", 1_000);
+ * } catch (error) {
+ *   if (error instanceof PermissionError) console.error(error.permission, error.server);
+ * }
+ * ```
+ */
+export class PermissionError extends ExecutionError {
+  /** The index of the first server that refused. */
+  readonly server: number;
+  /**
+   * What that server said is missing, its reply after `NOPERM`, e.g.
+   * "this user has no permissions to run the 'evalsha' command".
+   */
+  readonly permission: string;
+
+  /**
+   * Makes a permission error.
+   *
+   * @param server The index of the first server that refused.
+   * @param refusal That server's error (kept as `cause`).
+   * @param attempts The stats of every attempt made.
+   */
+  constructor(server: number, refusal: Error, attempts: readonly ExecutionStats[]) {
+    const permission = missingPermission(refusal) ?? refusal.message;
+    super(`NOPERM: ${permission}`, attempts, { cause: refusal });
+    this.name = "PermissionError";
+    this.server = server;
+    this.permission = permission;
+  }
+}
+
+const NOPERM = /\bNOPERM\b:?\s*([^\r\n]*)/;
+
+/**
+ * What a server's `NOPERM` error says is missing (the text after `NOPERM`,
+ * also inside a script's error), or undefined for any other error.
+ *
+ * @param error A client's error.
+ * @returns The missing permission as the server put it, or undefined.
+ */
+export function missingPermission(error: Error): string | undefined {
+  const match = NOPERM.exec(error.message);
+  return match === null ? undefined : match[1]!.trim() || "NOPERM";
 }
 
 /**

@@ -118,8 +118,11 @@ export class Redlock extends EventTarget implements LockOwner {
   /** How many acquires were made: the second part. */
   #acquires = 0;
   readonly #context: AcquireContext;
-  /** The listeners of each event type, so that no event is made for nobody. */
-  readonly #listeners = new Map<string, Set<unknown>>();
+  /**
+   * The listeners of each event type, so that no event is made for nobody;
+   * a `once` listener maps to the listener that forgets it after its event.
+   */
+  readonly #listeners = new Map<string, Map<unknown, EventListener | undefined>>();
 
   /**
    * Makes a Redlock over independent Redis servers or clusters.
@@ -379,7 +382,9 @@ export class Redlock extends EventTarget implements LockOwner {
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
    * @param options Per-call overrides; `signal` aborts the wait for the lock
-   * and is combined with the routine's signal.
+   * and is combined with the routine's signal. When it aborts after the lock
+   * was taken but before the routine started, the lock is released, the
+   * routine never runs and the call rejects with `signal.reason`.
    * @param routine The work to do; gets a signal and the current lock.
    * @returns What the routine returns.
    * @throws {TypeError} On a bad argument or an unknown option, before any request.
@@ -598,10 +603,22 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: boolean | AddEventListenerOptions,
   ): void {
     super.addEventListener(type, listener, options);
-    if (listener === null) return;
-    let set = this.#listeners.get(type);
-    if (set === undefined) this.#listeners.set(type, set = new Set());
-    set.add(listener);
+    const { once = false, signal } = typeof options === "object" ? options : {};
+    // The platform drops these without calling removeEventListener(): the
+    // list must not keep them, or events would be made for nobody.
+    if (listener === null || signal?.aborted) return;
+    let listeners = this.#listeners.get(type);
+    if (listeners === undefined) this.#listeners.set(type, listeners = new Map());
+    if (listeners.has(listener)) return; // added already: the platform ignored it
+    let forget: EventListener | undefined;
+    if (once) {
+      forget = () => listeners.delete(listener);
+      super.addEventListener(type, forget, { once: true });
+    }
+    listeners.set(listener, forget);
+    signal?.addEventListener("abort", () => this.removeEventListener(type, listener), {
+      once: true,
+    });
   }
 
   /**
@@ -617,7 +634,10 @@ export class Redlock extends EventTarget implements LockOwner {
     options?: boolean | EventListenerOptions,
   ): void {
     super.removeEventListener(type, listener, options);
-    this.#listeners.get(type)?.delete(listener);
+    const listeners = this.#listeners.get(type);
+    const forget = listeners?.get(listener);
+    if (forget !== undefined) super.removeEventListener(type, forget);
+    listeners?.delete(listener);
   }
 
   /**
@@ -833,7 +853,9 @@ export class Redlock extends EventTarget implements LockOwner {
    * @param duration The lease in ms, renewed before it ends.
    * @param routine The leader's work for one term; `context.term` is a
    * fencing token that strictly increases from leader to leader.
-   * @param options Per-call overrides and the signal that stops campaigning.
+   * @param options Per-call overrides and the signal that stops campaigning
+   * (an abort between a won campaign and its routine's start releases the
+   * lock without running the routine).
    * @returns A promise that resolves once `options.signal` aborted, the
    * routine settled and the lock was released.
    * @throws {TypeError} On a bad argument, before any request.
@@ -847,7 +869,11 @@ export class Redlock extends EventTarget implements LockOwner {
    * Deno.addSignalListener("SIGINT", () => shutdown.abort());
    * await redlock.lead("scheduler", 10_000, async (signal, { term }) => {
    *   console.log(`leading in term ${term}`);
-   *   await new Promise((resolve) => signal.addEventListener("abort", resolve));
+   *   // (an abort that fired already never fires again: check it first)
+   *   await new Promise((resolve) => {
+   *     if (signal.aborted) resolve(undefined);
+   *     else signal.addEventListener("abort", resolve, { once: true });
+   *   });
    * }, { signal: shutdown.signal });
    * ```
    */

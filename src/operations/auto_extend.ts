@@ -124,7 +124,9 @@ export function usingArguments<O, R>(optionsOrRoutine: O | R, maybeRoutine: R | 
 /**
  * using()'s part after the acquire: runs `routine` while `extend` renews
  * the lock `threshold` ms before it ends, then releases it; a failed
- * release goes to `report` (the routine's result matters more).
+ * release goes to `report` (the routine's result matters more). When
+ * `signal` aborted by then, the routine never starts: the lock is released
+ * and the promise rejects with the signal's reason, as an aborted acquire.
  */
 export async function holdWhile<T>(
   lock: Lock,
@@ -135,6 +137,14 @@ export async function holdWhile<T>(
   release: (lock: Lock) => Promise<unknown>,
   report: (error: unknown) => void,
 ): Promise<T> {
+  if (signal?.aborted) {
+    try {
+      await release(lock);
+    } catch (error) {
+      report(error);
+    }
+    throw signal.reason;
+  }
   const extension = new AutoExtension(lock, threshold, extend, signal);
   try {
     return await routine(extension.signal, extension.context);

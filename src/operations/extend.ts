@@ -5,6 +5,7 @@
 import { ExecutionError, type ExecutionStats, LockLostError } from "../api/errors.ts";
 import { Lock, type LockOwner } from "../api/lock.ts";
 import { EXTEND, extendCall, FENCE, fenceCall } from "../protocol/scripts.ts";
+import { type PermitTerms, SEM_EXTEND, semExtendCall } from "../protocol/semaphore_script.ts";
 import { type Send, type Servers, show } from "../quorum/servers.ts";
 import { round } from "../quorum/round.ts";
 import { retryWait, type Settings } from "../api/settings.ts";
@@ -21,20 +22,37 @@ export interface ExtendRequest {
   readonly signal: AbortSignal | undefined;
 }
 
+/** Semaphore permits among the locks, with their terms: their extension renews the permits key. */
+const permits = new WeakMap<Lock, PermitTerms>();
+
+/** Marks `lock` as a permit of a semaphore, so that extending it renews the permits key. */
+export function markPermit(lock: Lock, terms: PermitTerms): Lock {
+  permits.set(lock, terms);
+  return lock;
+}
+
+/** EXTEND on the lock's resources; SEM_EXTEND for a permit. */
+function extender(servers: Servers, request: ExtendRequest): Send {
+  const { lock, duration, onlyIfLocked } = request;
+  const terms = permits.get(lock);
+  if (terms === undefined) {
+    return servers.sender(EXTEND, extendCall(lock.resources, lock.value, duration, onlyIfLocked));
+  }
+  const call = semExtendCall(lock.resources[0]!, terms, lock.value, duration, onlyIfLocked);
+  return servers.sender(SEM_EXTEND, call);
+}
+
 /**
  * Extends a lock to `duration` ms from the start of the successful attempt,
  * retrying as the settings say; the new lock has the same value and token.
- * `send` asks one server (by default EXTEND on the lock's resources); its
- * reply is a vote, as EXTEND's.
+ * `send` asks one server (by default EXTEND on the lock's resources, or
+ * SEM_EXTEND for a permit); its reply is a vote, as EXTEND's.
  */
 export async function extend(
   servers: Servers,
   owner: LockOwner,
   request: ExtendRequest,
-  send: Send = servers.sender(
-    EXTEND,
-    extendCall(request.lock.resources, request.lock.value, request.duration, request.onlyIfLocked),
-  ),
+  send: Send = extender(servers, request),
 ): Promise<Lock> {
   const { lock, duration, settings, onlyIfLocked, signal } = request;
   signal?.throwIfAborted();
@@ -49,7 +67,7 @@ export async function extend(
     attempts.push(ballot.stats);
     const until = validUntil(start, duration, settings.driftFactor);
     if (ballot.ok && until > ballot.end) {
-      return new Lock({
+      const extended = new Lock({
         owner,
         resources: lock.resources,
         value: lock.value,
@@ -57,6 +75,8 @@ export async function extend(
         validUntil: until,
         fencingToken: lock.fencingToken,
       });
+      const terms = permits.get(lock);
+      return terms === undefined ? extended : markPermit(extended, terms);
     }
     if (ballot.stats.votesAgainst.conflicts > servers.members.length - servers.quorum) {
       throw new LockLostError(`${what} failed: the lock is no longer ours`, attempts);

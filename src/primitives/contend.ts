@@ -118,8 +118,9 @@ export async function contend(
   request: HandleRequest,
   contender: Contender,
 ): Promise<Lock> {
+  // Before the deadline's timer: an aborted call leaves no timer running.
+  request.signal?.throwIfAborted();
   const { signal, dispose } = deadline(request.signal, request.timeout);
-  signal?.throwIfAborted();
   const { settings } = request;
   const notify = settings.wait === "notify";
   const { waiters } = context;

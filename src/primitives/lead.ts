@@ -9,6 +9,7 @@
 import type { Lock } from "../api/lock.ts";
 import type { UsingContext, UsingOptions } from "../api/options.ts";
 import type { Redlock } from "../api/redlock.ts";
+import { PermissionError } from "../api/errors.ts";
 import { delay } from "../util/delay.ts";
 import { checkDuration, describeValue } from "../util/validate.ts";
 
@@ -17,7 +18,9 @@ export interface LeadOptions extends Omit<UsingOptions, "fencing" | "retryCount"
   /**
    * Stops campaigning. The leader's routine sees the abort through its own
    * signal; `lead()` resolves once the routine has settled and the lock is
-   * released. Without a signal, `lead()` campaigns for ever.
+   * released. An abort after a campaign won the lock but before its routine
+   * started releases the lock without running the routine. Without a
+   * signal, `lead()` campaigns for ever.
    *
    * @default {undefined}
    */
@@ -110,8 +113,10 @@ class Campaign {
       this.#failures = 0;
     } catch (error) {
       if (this.#signal?.aborted && (!started || error === this.#signal.reason)) return started;
-      // Bad arguments surface before any request, on the first campaign.
+      // Bad arguments surface before any request, on the first campaign; a missing ACL rule
+      // (PermissionError) would refuse every campaign alike.
       if (!started && (error instanceof TypeError || error instanceof RangeError)) throw error;
+      if (!started && error instanceof PermissionError) throw error;
       this.#failures++;
       this.#redlock.reportError(error);
     }
@@ -150,6 +155,7 @@ class Campaign {
  * routine settled and the lock was released.
  * @throws {TypeError} On a bad argument, before any request.
  * @throws {RangeError} On an out-of-range argument, before any request.
+ * @throws {PermissionError} When the servers refuse a campaign for a missing ACL rule (`NOPERM`).
  *
  * @example Leading until the process is told to stop
  * ```ts no-eval
@@ -159,9 +165,11 @@ class Campaign {
  * Deno.addSignalListener("SIGTERM", () => shutdown.abort());
  * await lead(redlock, "scheduler", 10_000, async (signal, { term }) => {
  *   console.log(`leading, term ${term}`);
- *   if (!signal.aborted) {
- *     await new Promise((resolve) => signal.addEventListener("abort", resolve));
- *   }
+ *   // (an abort that fired already never fires again: check it first)
+ *   await new Promise((resolve) => {
+ *     if (signal.aborted) resolve(undefined);
+ *     else signal.addEventListener("abort", resolve, { once: true });
+ *   });
  * }, { signal: shutdown.signal });
  * ```
  */

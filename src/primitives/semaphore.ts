@@ -31,6 +31,7 @@ import {
 } from "./contend.ts";
 import { contextOf } from "./read_write.ts";
 import { extensionThreshold, holdWhile, usingArguments } from "../operations/auto_extend.ts";
+import { markPermit } from "../operations/extend.ts";
 import { checkKeys, KNOWN } from "../api/settings.ts";
 import { within } from "../util/delay.ts";
 import { FastPath } from "../acquire/fast_path.ts";
@@ -460,13 +461,15 @@ class PermitAcquire implements Contender {
   }
 
   #permit(slot: number, until: number): Lock {
-    return new Lock({
+    const { name, permits } = this.#semaphore;
+    const permit = new Lock({
       owner: this.#context.redlock,
-      resources: [slotKey(this.#semaphore.name, slot)],
+      resources: [slotKey(name, slot)],
       value: this.#request.value,
       attempts: this.#attempts,
       validUntil: until,
     });
+    return markPermit(permit, { name, permits });
   }
 
   /**

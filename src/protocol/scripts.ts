@@ -40,7 +40,7 @@ const FENCED = "fenced";
 /** The seat of a watcher: ordered after every queued acquire. */
 export const WATCHER = "*";
 /** EXTEND's flag for taking keys that are free. */
-const TAKE_FREE = "take-free";
+export const TAKE_FREE = "take-free";
 
 /**
  * Where an acquire waits for a held resource: nowhere, as a watcher of each

@@ -7,7 +7,16 @@
  * differently is told.
  */
 
-import { beside, type LuaScript, queueKey, script, type ScriptCall, WATCHER } from "./scripts.ts";
+import {
+  beside,
+  extendCall,
+  type LuaScript,
+  queueKey,
+  script,
+  type ScriptCall,
+  TAKE_FREE,
+  WATCHER,
+} from "./scripts.ts";
 
 /**
  * A SEM_ACQUIRE reply at or below this tells a mismatch: the holders use
@@ -116,4 +125,49 @@ export function semAcquireCall(
   const args = [value, String(duration), String(permits), String(want), fresh ? NEW_VALUE : ""];
   if (queueLife === 0) return { keys, args };
   return { keys: [...keys, ...slots.map(queueKey)], args: [...args, String(queueLife)] };
+}
+
+/**
+ * EXTEND of a permit's slot that also renews the permits key, as
+ * SEM_ACQUIRE does: written (for three leases) when it is missing, set
+ * again when its TTL is below two leases, and left alone when it holds
+ * another count. So the key outlives an extended permit, and a holder
+ * counting differently is still told. Replies as EXTEND.
+ */
+export const SEM_EXTEND: LuaScript = script(
+  "sem-extend",
+  `local holder = redis.call("GET", KEYS[1])
+if holder ~= ARGV[1] and not (holder == false and ARGV[3] == "${TAKE_FREE}") then
+  return -3 - redis.call("PTTL", KEYS[1])
+end
+local lease, permits = tonumber(ARGV[2]), ARGV[4]
+local stored = redis.call("SET", KEYS[2], permits, "NX", "GET", "PX", 3 * lease)
+if stored == permits and redis.call("PTTL", KEYS[2]) < 2 * lease then
+  redis.call("SET", KEYS[2], permits, "PX", 3 * lease)
+end
+if redis.call("PEXPIRE", KEYS[1], lease) == 0 then
+  redis.call("SET", KEYS[1], ARGV[1], "PX", lease)
+end
+return 0`,
+);
+
+/** What a permit is: its semaphore's name and number of permits. */
+export interface PermitTerms {
+  readonly name: string;
+  readonly permits: number;
+}
+
+/**
+ * KEYS: the permit's slot, the permits key. ARGV: as EXTEND's, then the
+ * number of permits.
+ */
+export function semExtendCall(
+  slot: string,
+  terms: PermitTerms,
+  value: string,
+  duration: number,
+  onlyIfLocked: boolean,
+): ScriptCall {
+  const { args } = extendCall([slot], value, duration, onlyIfLocked);
+  return { keys: [slot, permitsKey(terms.name)], args: [...args, String(terms.permits)] };
 }

@@ -4,7 +4,13 @@
  */
 
 import { type RedisClient, toScriptClient } from "../clients/clients.ts";
-import { ExecutionError, type ExecutionResult, type ExecutionStats } from "../api/errors.ts";
+import {
+  ExecutionError,
+  type ExecutionResult,
+  type ExecutionStats,
+  missingPermission,
+  PermissionError,
+} from "../api/errors.ts";
 import { RedlockErrorEvent } from "../api/error_event.ts";
 import type { LuaScript, ScriptCall } from "../protocol/scripts.ts";
 import { type Member, round, type Tally } from "./round.ts";
@@ -41,7 +47,10 @@ export interface Decision<R> {
   readonly late?:
     | ((member: Member, vote: Vote | undefined, tally: Tally<Vote>) => void)
     | undefined;
-  /** Called when the signal aborts the round, before it rejects. */
+  /**
+   * Called when the round ends without a result, before it rejects: the
+   * signal aborted it, or the servers refused it for lack of permission.
+   */
   readonly aborted?: (() => void) | undefined;
 }
 
@@ -200,7 +209,16 @@ export class Servers {
       done: this.decided,
       judge: decision.judge ?? asVote,
       failure: (error) => crossSlot(error, keys),
-      settle: (tally) => decide(this.ballot(tally, start)),
+      settle: (tally) => {
+        let ballot: Ballot;
+        try {
+          ballot = this.ballot(tally, start);
+        } catch (error) {
+          decision.aborted?.();
+          throw error;
+        }
+        return decide(ballot);
+      },
       aborted: decision.aborted,
     }) as Promise<R>;
   }
@@ -268,7 +286,10 @@ export class Servers {
     );
   }
 
-  /** Counts a round's votes. */
+  /**
+   * Counts a round's votes; throws a {@linkcode PermissionError} when
+   * `NOPERM` refusals alone make a quorum impossible (asking again cannot help).
+   */
   ballot(tally: Tally<Vote>, start: number): Ballot {
     const end = now();
     const votesFor: number[] = [];
@@ -291,6 +312,21 @@ export class Servers {
       votesAgainst: new VotesAgainst(conflicts, tally.errors),
       elapsed: end - start,
     };
+    if (votesFor.length < this.quorum) this.#refused(tally.errors, stats);
     return { stats, ok: votesFor.length >= this.quorum, token, heldFor, end };
+  }
+
+  /** Throws when more servers refused for lack of permission than a quorum can spare. */
+  #refused(errors: ReadonlyMap<number, Error>, stats: ExecutionStats): void {
+    let first: [number, Error] | undefined;
+    let refusals = 0;
+    for (const [server, error] of errors) {
+      if (missingPermission(error) === undefined) continue;
+      refusals++;
+      first ??= [server, error];
+    }
+    if (first !== undefined && refusals > this.members.length - this.quorum) {
+      throw new PermissionError(first[0], first[1], [stats]);
+    }
   }
 }

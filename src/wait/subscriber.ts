@@ -93,8 +93,14 @@ interface UpstashSubscriber {
  * client's: the offline queue holds the first SUBSCRIBE until the connection
  * is up (a client made with `enableOfflineQueue: false` would fail it), and
  * the explicit connect() tells at once whether the server can be reached.
+ * ioredis's own re-subscribe after a reconnect leaves its promise unhandled
+ * (a close before the reply would end the process): ours handles it.
  */
-const IOREDIS_SUBSCRIBER = { enableOfflineQueue: true, lazyConnect: true } as const;
+const IOREDIS_SUBSCRIBER = {
+  enableOfflineQueue: true,
+  lazyConnect: true,
+  autoResubscribe: false,
+} as const;
 
 /**
  * The default factory: a `duplicate()` of an ioredis, node-redis or Bun
@@ -162,9 +168,20 @@ async function ioredisSubscriber(
     "message",
     (channel: unknown, message: unknown) => onMessage(String(channel), String(message)),
   );
+  // The channels to subscribe again on every reconnect.
+  const subscribed = new Set<string>();
+  sub.on("ready", () => {
+    if (subscribed.size > 0) (sub.subscribe(...subscribed) as Promise<unknown>).catch(() => {});
+  });
   return {
-    subscribe: async (channels) => void await sub.subscribe(...channels),
-    unsubscribe: async (channels) => void await sub.unsubscribe(...channels),
+    subscribe: async (channels) => {
+      for (const channel of channels) subscribed.add(channel);
+      await sub.subscribe(...channels);
+    },
+    unsubscribe: async (channels) => {
+      for (const channel of channels) subscribed.delete(channel);
+      await sub.unsubscribe(...channels);
+    },
     close,
   };
 }
@@ -174,12 +191,17 @@ async function nodeRedisSubscriber(
   onMessage: (channel: string, message?: string) => void,
 ): Promise<ReleaseSubscriber> {
   const sub = (c.duplicate as Fn).call(c, { disableOfflineQueue: false }) as NodeRedisSubscriber;
-  sub.on("error", () => {});
+  // Its connect() retries for ever while the server is unreachable, and the
+  // connection would never be closed: the first error while connecting ends it.
+  let failed: (error: unknown) => void = () => {};
+  const failing = new Promise<never>((_, reject) => (failed = reject));
+  sub.on("error", (error: unknown) => failed(error));
   const close = async () => {
     sub.destroy();
     await new Promise((resolve) => setTimeout(resolve, 0));
   };
-  await connectOrClose(sub.connect(), close);
+  await connectOrClose(Promise.race([sub.connect(), failing]), close);
+  failed = () => {};
   const listener = (message: unknown, channel: unknown) =>
     onMessage(String(channel), String(message));
   return {

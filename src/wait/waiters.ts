@@ -55,8 +55,8 @@ function newChannel(servers: number): Channel {
 export const LINGER_MS = 100;
 
 /**
- * ms an unsubscribe is waited for: a subscriber reconnecting to a server
- * that is down may keep the command queued, and never answer it.
+ * ms an unsubscribe or a close is waited for: a subscriber reconnecting to
+ * a server that is down may keep the command queued, and never answer it.
  */
 const TIDY_MS = 1_000;
 
@@ -210,7 +210,9 @@ export class Waiters {
     this.#channels.clear();
     if (subscribers !== undefined) {
       const closing = this.#track(
-        subscribers.then((list) => Promise.all(list.map((s) => s?.close().catch(() => {})))),
+        subscribers.then((list) =>
+          Promise.all(list.map((s) => s && within(closeQuietly(s), TIDY_MS)))
+        ),
       );
       this.#closing = closing;
       closing.then(() => {
@@ -349,6 +351,11 @@ export class Waiters {
       ),
     );
   }
+}
+
+/** Closes `subscriber`, whatever its `close()` throws or rejects with. */
+function closeQuietly(subscriber: ReleaseSubscriber): Promise<void> {
+  return Promise.resolve().then(() => subscriber.close()).catch(() => {});
 }
 
 /** What the release messages since a wait's `since` tell. */
