@@ -27,7 +27,14 @@ export interface Mutant {
   readonly seed: number;
 }
 
-/** Every mutant, with a budget that catches it on this model. */
+/**
+ * Every mutant, with a budget that catches it on this model, except
+ * `late_give_way` and `double_grant`, which random runs do not catch yet
+ * (the first needs an ACQUIRE sent again after NOSCRIPT behind an abort's
+ * release, landing on a free key with a queue; the second a late answer
+ * crossing a later round that then wins with that server): their runs are
+ * short, and the task fails until a scenario of their own catches them.
+ */
 export const MUTANTS: readonly Mutant[] = [
   {
     main: "livelock",
@@ -50,7 +57,7 @@ export const MUTANTS: readonly Mutant[] = [
     fault: "a late answer after the acquire ended gives way (ceb8f3e)",
     invariant: "NoOrphanAfterEnd",
     step: "stepNoFaults",
-    samples: 200,
+    samples: 60,
     seed: 1,
   },
   {
@@ -58,7 +65,7 @@ export const MUTANTS: readonly Mutant[] = [
     fault: "a late answer is let go of after a later round was sent (4b3ea35, chaos:lead)",
     invariant: "MutualExclusion",
     step: "stepNoFaults",
-    samples: 200,
+    samples: 60,
     seed: 1,
   },
   {
