@@ -27,6 +27,7 @@
  */
 
 export { Redlock, Redlock as default, type RedlockSummary } from "./src/api/redlock.ts";
+export { RedlockEvents } from "./src/api/redlock_events.ts";
 export { ReadWriteLock, type ReadWriteMode } from "./src/primitives/read_write.ts";
 export {
   MAX_PERMITS,
@@ -43,12 +44,12 @@ export type {
   RedlockInit,
   RedlockOptions,
   ReleaseOptions,
-  UsingContext,
   UsingOptions,
-  UsingRoutine,
 } from "./src/api/options.ts";
+export type { UsingContext, UsingRoutine } from "./src/api/routine.ts";
 export { Lock, type LockInit, type LockOwner, type LockSummary } from "./src/api/lock.ts";
 export {
+  type Campaigner,
   lead,
   type LeadContext,
   type LeadOptions,

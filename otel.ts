@@ -43,7 +43,7 @@ import { Redlock } from "./src/api/redlock.ts";
 import { type ExecutionResult, ResourceLockedError } from "./src/api/errors.ts";
 import type { Lock } from "./src/api/lock.ts";
 import type { LockLostEvent } from "./src/api/events.ts";
-import { wasHandedOver } from "./src/acquire/acquisition.ts";
+import { wasHandedOver } from "./src/acquire/handover.ts";
 import { HOOKS, type Hooks } from "./src/api/hooks.ts";
 import { describeValue } from "./src/util/validate.ts";
 

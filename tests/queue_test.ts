@@ -15,6 +15,25 @@ import {
 
 const KINDS = ["ioredis", "node-redis"] as const;
 
+/**
+ * Asserts that `count` acquires queue for `key` on every server, waiting up
+ * to 2 s for it: on a loaded machine a waiter's subscription, and so its
+ * place in the queues, may take a while.
+ */
+async function queuedEverywhere(
+  servers: Awaited<ReturnType<typeof setup>>["servers"],
+  key: string,
+  count: number,
+): Promise<void> {
+  const cards = () => Promise.all(servers.servers.map((s) => integer(s, "ZCARD", queueKey(key))));
+  let found = await cards();
+  for (let i = 0; i < 100 && !found.every((n) => n === count); i++) {
+    await sleep(20);
+    found = await cards();
+  }
+  assert.deepEqual(found, servers.servers.map(() => count), `${count} queued for ${key}`);
+}
+
 /** Releases `held` and asserts that `waiting` gets the lock within `ms`; returns that lock. */
 async function handedOver(
   held: Lock,
@@ -38,14 +57,20 @@ for (const kind of KINDS) {
     const order: number[] = [];
     const waiters = Array.from({ length: 5 }, () => new Redlock(env.clients, { retryCount: -1 }));
     try {
-      const waiting = waiters.map(async (redlock, i) => {
-        await sleep(60 * i);
-        const lock = await redlock.acquire("line", 5_000, { timeout: 10_000 });
-        order.push(i);
-        await sleep(20);
-        await lock.release();
-      });
-      await sleep(500);
+      const waiting: Promise<void>[] = [];
+      for (const [i, redlock] of waiters.entries()) {
+        const turn = (async () => {
+          const lock = await redlock.acquire("line", 5_000, { timeout: 10_000 });
+          order.push(i);
+          await sleep(20);
+          await lock.release();
+        })();
+        turn.catch(() => {}); // its rejection is Promise.all's below
+        waiting.push(turn);
+        // the next waiter starts once this one queued (a loaded machine may take a while)
+        await queuedEverywhere(env.servers, "line", i + 1);
+      }
+      await sleep(100);
       await held.release();
       await Promise.all(waiting);
       assert.deepEqual(order, [0, 1, 2, 3, 4]);
@@ -69,6 +94,7 @@ for (const kind of KINDS) {
         const key = `baton-${turn}`;
         const held = await holder.acquire(key, 10_000);
         const waiting = waiter.acquire(key, 5_000, { timeout: 5_000 });
+        await queuedEverywhere(env.servers, key, 1);
         await sleep(300);
         const before = await Promise.all(env.servers.servers.map(scriptCalls));
         await held.release();
@@ -112,12 +138,10 @@ for (const kind of KINDS) {
       await onEveryServer(env.servers, "as-written", held.value);
       const firstWaits = first.acquire("as-written", 5_000, { timeout: 5_000 });
       await sleep(100);
+      await queuedEverywhere(env.servers, "as-written", 1); // the first is first in line
       const secondWaits = second.acquire("as-written", 5_000, { timeout: 5_000 });
-      await sleep(200);
       // both queue, and the holder's value is exactly what it wrote
-      for (const server of env.servers.servers) {
-        assert.equal(await integer(server, "ZCARD", queueKey("as-written")), 2);
-      }
+      await queuedEverywhere(env.servers, "as-written", 2);
       await onEveryServer(env.servers, "as-written", held.value);
       await held.release();
       const a = await firstWaits;

@@ -6,7 +6,14 @@
  * seen it held just now.
  */
 
-import type { Ballot, Judge, Send, Servers, Vote } from "../quorum/servers.ts";
+import {
+  type Ballot,
+  type Judge,
+  type Send,
+  type Servers,
+  toNumber,
+  type Vote,
+} from "../quorum/servers.ts";
 import type { Member } from "../quorum/round.ts";
 import { Conflict } from "../quorum/votes.ts";
 import { now, validUntil } from "../util/time.ts";
@@ -42,7 +49,7 @@ export class FastPath {
   async attempt(servers: Servers, round: FastRound): Promise<FastWin | undefined> {
     const { key, duration } = round;
     const start = now();
-    const send = setIfAbsent(key, round.value, duration, unknownTtl);
+    const send = setNx(key, round.value, duration, unknownTtl);
     const ballot = await servers.vote(send, round.keys, round.timeout, round.signal, start);
     const until = validUntil(start, duration, round.driftFactor);
     if (ballot.ok && until > ballot.end) return { stats: ballot.stats, until };
@@ -84,7 +91,7 @@ const unknownTtl: Held = (m) => new Conflict(m.index, -1);
  * what `held` makes of the refusal. Apart as `send` and `judge` for a round
  * that reads the replies in place.
  */
-export function setIfAbsentVote(
+export function setNxVote(
   key: string,
   value: string,
   ms: number,
@@ -101,8 +108,17 @@ export function setIfAbsentVote(
   };
 }
 
-/** {@linkcode setIfAbsentVote} as one request that resolves to the vote. */
-export function setIfAbsent(key: string, value: string, ms: number, held: Held): Send {
-  const { send, judge } = setIfAbsentVote(key, value, ms, held);
+/** {@linkcode setNxVote} as one request that resolves to the vote. */
+export function setNx(key: string, value: string, ms: number, held: Held): Send {
+  const { send, judge } = setNxVote(key, value, ms, held);
   return (m) => send(m).then((set) => judge(set, m));
+}
+
+/**
+ * A refusal of an acquire's `SET NX` as a conflict with the holder's TTL,
+ * asked by PTTL. The PTTL is only read; nothing is written after a SET, so
+ * a release sent on the same connection behind it still lands last.
+ */
+export function holderTtl(key: string): Held {
+  return (m) => m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
 }

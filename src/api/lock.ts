@@ -7,6 +7,7 @@
 import type { ExecutionResult, ExecutionStats } from "./errors.ts";
 import type { ExtendOptions, ReleaseOptions } from "./options.ts";
 import { now, toEpoch } from "../util/time.ts";
+import { describeValue } from "../util/validate.ts";
 
 /**
  * What made a lock, and what its {@linkcode Lock.release},
@@ -313,4 +314,12 @@ export class Lock implements AsyncDisposable {
   ): string {
     return `Lock ${inspect(this.toJSON(), options)}`;
   }
+}
+
+/** Checks that `lock` is a Lock. */
+export function checkLock(lock: unknown, name = "lock"): Lock {
+  if (!(lock instanceof Lock)) {
+    throw new TypeError(`${name} must be a Lock, got ${describeValue(lock)}`);
+  }
+  return lock;
 }

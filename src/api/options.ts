@@ -4,7 +4,6 @@
  * @module
  */
 
-import type { Lock } from "./lock.ts";
 import type { SubscriberFactory } from "../wait/subscriber.ts";
 
 /** Settings of a Redlock; each can also be overridden per call. */
@@ -83,7 +82,7 @@ export interface RedlockInit extends RedlockOptions {
 /** Options of {@linkcode Redlock.acquire} and {@linkcode Redlock.tryAcquire}. */
 export interface AcquireOptions extends Omit<RedlockOptions, "automaticExtensionThreshold"> {
   /**
-   * Hand out a fencing token with the lock ({@linkcode Lock.fencingToken}):
+   * Hand out a fencing token with the lock ((`Lock.fencingToken`)):
    * a number that grows with every acquisition of any of these resources.
    * It costs one more round to the servers when there are several.
    *
@@ -154,17 +153,6 @@ export interface InspectOptions {
    */
   signal?: AbortSignal;
 }
-
-/** What `using()` tells its routine besides the signal. */
-export interface UsingContext {
-  /** The current lock: replaced after each automatic extension. */
-  readonly lock: Lock;
-  /** How many automatic extensions succeeded so far. */
-  readonly extensions: number;
-}
-
-/** The routine `using()` runs while it holds the lock. */
-export type UsingRoutine<T> = (signal: AbortSignal, context: UsingContext) => Promise<T> | T;
 
 /**
  * Options of the acquires of read-write locks and semaphores: those of

@@ -7,17 +7,10 @@
  */
 
 import type { RedisClient } from "../clients/clients.ts";
-import { type ExecutionResult, LockLostError, ResourceLockedError } from "./errors.ts";
-import { RedlockErrorEvent } from "./error_event.ts";
-import {
-  LockAcquiredEvent,
-  LockExtendedEvent,
-  LockLostEvent,
-  LockReleasedEvent,
-  type RedlockEventMap,
-} from "./events.ts";
-import type { Lock, LockOwner } from "./lock.ts";
-import { lead, type LeadOptions, type LeadRoutine } from "../primitives/lead.ts";
+import type { ExecutionResult } from "./errors.ts";
+import { checkLock, type Lock, type LockOwner } from "./lock.ts";
+import { RedlockEvents } from "./redlock_events.ts";
+import { showSummary } from "./summary.ts";
 import type {
   AcquireOptions,
   ExtendOptions,
@@ -26,52 +19,22 @@ import type {
   RedlockOptions,
   ReleaseOptions,
   UsingOptions,
-  UsingRoutine,
 } from "./options.ts";
-import { fenceKey, RELEASE, releaseCall } from "../protocol/scripts.ts";
-import { duplicateSubscriber } from "../wait/subscriber.ts";
+import { RedlockContext } from "./redlock_context.ts";
+import type { UsingRoutine } from "./routine.ts";
+import { KNOWN, releaseSettings } from "./settings.ts";
+import { acquireLock, tryAcquireLock } from "../acquire/acquire.ts";
+import { checkAcquire } from "../acquire/request.ts";
+import { extensionThreshold } from "../operations/auto_extend.ts";
+import { checkExtend, extendLock } from "../operations/extend.ts";
+import { inspectFor } from "../operations/inspect.ts";
+import { releaseLock } from "../operations/release.ts";
+import { plainPlan, using, usingArguments } from "../operations/using.ts";
+import { lead, type LeadOptions, type LeadRoutine } from "../primitives/lead.ts";
 import { ReadWriteLock } from "../primitives/read_write.ts";
 import { Semaphore, type SemaphoreOptions } from "../primitives/semaphore.ts";
-import { CONTEXTS } from "../primitives/contend.ts";
-import {
-  acquire,
-  type AcquireContext,
-  type AcquireRequest,
-  wasHandedOver,
-} from "../acquire/acquisition.ts";
-import { extensionThreshold, holdWhile, usingArguments } from "../operations/auto_extend.ts";
-import { extend, type ExtendRequest } from "../operations/extend.ts";
-import { HOOKS } from "./hooks.ts";
-import { inspect } from "../operations/inspect.ts";
-import {
-  checkCallOptions,
-  checkKeys,
-  checkSettings,
-  DEFAULTS,
-  KNOWN,
-  NO_OPTIONS,
-  releaseSettings,
-  type Settings,
-} from "./settings.ts";
-import { Servers, show } from "../quorum/servers.ts";
-import { Waiters } from "../wait/waiters.ts";
-import { deadline } from "../util/delay.ts";
-import { now } from "../util/time.ts";
-import {
-  checkDuration,
-  checkLock,
-  checkResource,
-  checkResources,
-  describeValue,
-} from "../util/validate.ts";
-
-const EVENT_TYPES: ReadonlySet<string> = new Set<keyof RedlockEventMap>([
-  "error",
-  "acquired",
-  "released",
-  "extended",
-  "lost",
-]);
+import { show } from "../quorum/servers.ts";
+import { checkResource } from "../util/validate.ts";
 
 /** What a Redlock shows of itself in logs: never its clients. */
 export interface RedlockSummary {
@@ -103,26 +66,14 @@ export interface RedlockSummary {
  * // … only one process at a time gets here …
  * ```
  */
-export class Redlock extends EventTarget implements LockOwner {
+export class Redlock extends RedlockEvents implements LockOwner {
   /** The clients, as given to the constructor. */
   readonly clients: readonly RedisClient[];
   /** The settings in force, defaults filled in. */
   readonly settings: Readonly<Required<RedlockOptions>>;
   /** How many servers must agree: `⌊clients.length / 2⌋ + 1`. */
   readonly quorum: number;
-  readonly #settings: Settings;
-  readonly #servers: Servers;
-  readonly #waiters: Waiters;
-  /** A random id: the first part of the values of this Redlock's locks. */
-  readonly #id: string = crypto.randomUUID();
-  /** How many acquires were made: the second part. */
-  #acquires = 0;
-  readonly #context: AcquireContext;
-  /**
-   * The listeners of each event type, so that no event is made for nobody;
-   * a `once` listener maps to the listener that forgets it after its event.
-   */
-  readonly #listeners = new Map<string, Map<unknown, EventListener | undefined>>();
+  readonly #context: RedlockContext;
 
   /**
    * Makes a Redlock over independent Redis servers or clusters.
@@ -138,45 +89,22 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redis } from "npm:ioredis";
    * import { Redlock } from "@x/redlock";
-   * const redlock = new Redlock(
-   *   [new Redis(6379), new Redis(6380), new Redis(6381)],
-   *   { retryCount: 3, retryDelay: 100 },
-   * );
+   * const servers = [new Redis(6379), new Redis(6380), new Redis(6381)];
+   * const redlock = new Redlock(servers, { retryCount: 3, retryDelay: 100 });
    * ```
    */
   constructor(clients: readonly RedisClient[], options?: RedlockInit) {
     super();
-    if (!Array.isArray(clients)) {
-      throw new TypeError(`clients must be an array of clients, got ${describeValue(clients)}`);
-    }
-    if (clients.length === 0) throw new TypeError("clients must not be empty, got []");
-    if (new Set(clients).size !== clients.length) {
-      const i = clients.findIndex((c, j) => clients.indexOf(c) !== j);
-      throw new TypeError(
-        `clients[${i}] is the same client as clients[${clients.indexOf(clients[i]!)}]: ` +
-          "each server must appear once",
-      );
-    }
-    if (options !== undefined) checkKeys(options, KNOWN.redlock, "options");
-    this.#servers = new Servers(clients, this);
-    this.#settings = checkSettings(options ?? NO_OPTIONS, DEFAULTS, "options");
-    const { thresholdSet: _, ...settings } = this.#settings;
+    this.#context = new RedlockContext(clients, options, this);
+    const { thresholdSet: _, ...settings } = this.#context.settings;
     this.settings = Object.freeze(settings);
     this.clients = Object.freeze([...clients]);
-    this.quorum = this.#servers.quorum;
-    const factory = options?.subscriber ?? duplicateSubscriber;
-    if (typeof factory !== "function") {
-      throw new TypeError(
-        `options.subscriber must be a function, got ${describeValue(factory)}`,
-      );
-    }
-    this.#waiters = new Waiters(this.#id, this.#servers.members, factory, this.#servers.emit);
-    this.#context = { servers: this.#servers, waiters: this.#waiters, owner: this };
+    this.quorum = this.#context.servers.quorum;
   }
 
   /**
-   * Closes the subscriber connections of release-notified waiting (they are
-   * also closed 100 ms after the last wait ends). The Redlock stays usable.
+   * Closes the subscriber connections of release-notified waiting (also
+   * closed 100 ms after the last wait). The Redlock stays usable.
    *
    * @returns A promise that settles once they are closed.
    *
@@ -188,14 +116,13 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```
    */
   [Symbol.asyncDispose](): Promise<void> {
-    return this.#waiters.close();
+    return this.#context.waiters.close();
   }
 
   /**
-   * Acquires a lock on `resources` for `duration` ms, retrying while another
-   * holder has it: at most `retryCount + 1` attempts, sleeping at most
-   * `retryDelay + retryJitter` between two of them (less when a release
-   * wakes it), and never longer than `options.timeout` in all.
+   * Acquires a lock on `resources` for `duration` ms, retrying while another holder has it:
+   * at most `retryCount + 1` attempts, sleeping at most `retryDelay + retryJitter` between
+   * two (less when a release wakes it), and never longer than `options.timeout` in all.
    *
    * @param resources A resource (Redis key) or several, locked all or none.
    * @param duration The lease in ms: an integer from 1 to 2^31 − 1.
@@ -211,10 +138,8 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.acquire(["{game42}:board", "{game42}:turn"], 10_000, {
-   *   timeout: 2_000,
-   * });
-   * await lock.release();
+   * const board = ["{game42}:board", "{game42}:turn"];
+   * await using _ = await redlock.acquire(board, 10_000, { timeout: 2_000 });
    * ```
    */
   acquire(
@@ -222,13 +147,13 @@ export class Redlock extends EventTarget implements LockOwner {
     duration: number,
     options?: AcquireOptions,
   ): Promise<Lock> {
-    let request: AcquireRequest;
+    let request;
     try {
-      request = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
+      request = checkAcquire(this.#context, resources, duration, options, KNOWN.acquire);
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#acquire(request, request.timeout);
+    return acquireLock(this.#context, request);
   }
 
   /**
@@ -246,11 +171,8 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.tryAcquire("cron:nightly", 60_000);
-   * if (lock) {
-   *   await using _ = lock;
-   *   // run the job
-   * }
+   * await using lock = await redlock.tryAcquire("cron:nightly", 60_000);
+   * if (lock) console.log("running the job");
    * ```
    */
   async tryAcquire(
@@ -258,17 +180,8 @@ export class Redlock extends EventTarget implements LockOwner {
     duration: number,
     options?: AcquireOptions,
   ): Promise<Lock | null> {
-    const request = this.#checkAcquire(resources, duration, options, KNOWN.acquire);
-    const { timeout } = request;
-    try {
-      return await this.#acquire({
-        ...request,
-        settings: { ...request.settings, retryCount: 0 },
-      }, timeout);
-    } catch (error) {
-      if (error instanceof ResourceLockedError) return null;
-      throw error;
-    }
+    const request = checkAcquire(this.#context, resources, duration, options, KNOWN.acquire);
+    return await tryAcquireLock(this.#context, request);
   }
 
   /**
@@ -285,19 +198,18 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.acquire("a", 1_000);
-   * await redlock.release(lock);
+   * await redlock.release(await redlock.acquire("a", 1_000));
    * ```
    */
   release(lock: Lock, options?: ReleaseOptions): Promise<ExecutionResult> {
-    let settings = this.#settings;
+    let timeout: number;
     try {
       checkLock(lock);
-      settings = releaseSettings(options, settings);
+      timeout = releaseSettings(options, this.#context.settings).requestTimeout;
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.#release(lock, settings);
+    return releaseLock(this.#context, lock, timeout);
   }
 
   /**
@@ -318,27 +230,12 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * let lock = await redlock.acquire("a", 1_000);
-   * lock = await redlock.extend(lock, 5_000);
+   * const longer = await redlock.extend(await redlock.acquire("a", 1_000), 5_000);
    * ```
    */
   async extend(lock: Lock, duration: number, options?: ExtendOptions): Promise<Lock> {
-    checkLock(lock);
-    checkDuration(duration);
-    const opts = checkCallOptions(options, KNOWN.extend);
-    const settings = checkSettings(opts, this.#settings, "options");
-    const { signal, dispose } = deadline(opts.signal, opts.timeout);
-    try {
-      return await this.#extend({
-        lock,
-        duration,
-        settings,
-        onlyIfLocked: opts.onlyIfLocked ?? true,
-        signal,
-      });
-    } finally {
-      dispose();
-    }
+    const request = checkExtend(this.#context, lock, duration, options, KNOWN.extend);
+    return await extendLock(this.#context, { ...request, owner: this });
   }
 
   /**
@@ -364,10 +261,7 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const total = await redlock.using("ledger", 5_000, async (signal) => {
-   *   signal.throwIfAborted();
-   *   return 42;
-   * });
+   * const total: number = await redlock.using("ledger", 5_000, () => 42);
    * ```
    */
   using<T>(
@@ -376,15 +270,14 @@ export class Redlock extends EventTarget implements LockOwner {
     routine: UsingRoutine<T>,
   ): Promise<T>;
   /**
-   * Acquires a lock with `options`, runs `routine` while extending the lock
-   * automatically, and releases it when the routine settles.
+   * Acquires a lock with `options`, then as {@linkcode Redlock.using} does.
    *
    * @param resources A resource or several.
    * @param duration The lease in ms, renewed before it ends.
-   * @param options Per-call overrides; `signal` aborts the wait for the lock
-   * and is combined with the routine's signal. When it aborts after the lock
-   * was taken but before the routine started, the lock is released, the
-   * routine never runs and the call rejects with `signal.reason`.
+   * @param options Per-call overrides; `signal` aborts the wait for the lock and is combined
+   * with the routine's signal. When it aborts after the lock was taken but before the
+   * routine started, the lock is released, the routine never runs and the call rejects
+   * with `signal.reason`.
    * @param routine The work to do; gets a signal and the current lock.
    * @returns What the routine returns.
    * @throws {TypeError} On a bad argument or an unknown option, before any request.
@@ -395,9 +288,7 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * await redlock.using("ledger", 5_000, { automaticExtensionThreshold: 1_000 }, (signal) => {
-   *   signal.throwIfAborted();
-   * });
+   * await redlock.using("ledger", 5_000, { automaticExtensionThreshold: 1_000 }, () => {});
    * ```
    */
   using<T>(
@@ -416,28 +307,9 @@ export class Redlock extends EventTarget implements LockOwner {
       optionsOrRoutine,
       maybeRoutine,
     );
-    const request = this.#checkAcquire(resources, duration, options, KNOWN.using);
-    const { timeout } = request;
-    const { settings } = request;
-    const threshold = extensionThreshold(settings, duration);
-    const lock = await this.#acquire(request, timeout);
-    const extendSettings = { ...settings, retryCount: -1 };
-    return holdWhile(
-      lock,
-      threshold,
-      (current, signal) =>
-        this.#extend({
-          lock: current,
-          duration,
-          settings: extendSettings,
-          onlyIfLocked: true,
-          signal,
-        }),
-      options?.signal,
-      routine,
-      (last) => this.#release(last, settings),
-      (error) => this.reportError(error),
-    );
+    const request = checkAcquire(this.#context, resources, duration, options, KNOWN.using);
+    const threshold = extensionThreshold(request.settings, duration);
+    return await using(routine, plainPlan(this.#context, request, this, threshold));
   }
 
   /**
@@ -458,7 +330,9 @@ export class Redlock extends EventTarget implements LockOwner {
    */
   async isLocked(resource: string, options?: InspectOptions): Promise<boolean> {
     const keys = [checkResource(resource, "resource")];
-    return await this.#inspect(keys, "", options, `isLocked(${show(keys)})`) !== null;
+    const what = `isLocked(${show(keys)})`;
+    const question = { keys, value: "", what, everyServer: false };
+    return await inspectFor(this.#context, question, options) !== null;
   }
 
   /**
@@ -474,14 +348,19 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.acquire("a", 1_000);
-   * if (await redlock.isValid(lock)) console.log("still mine");
+   * console.log(await redlock.isValid(await redlock.acquire("a", 1_000)));
    * ```
    */
   async isValid(lock: Lock, options?: InspectOptions): Promise<boolean> {
     checkLock(lock);
     if (lock.remainingTime <= 0) return false;
-    const ttl = await this.#inspect(lock.resources, lock.value, options, "isValid(lock)");
+    const question = {
+      keys: lock.resources,
+      value: lock.value,
+      what: "isValid(lock)",
+      everyServer: false,
+    };
+    const ttl = await inspectFor(this.#context, question, options);
     return ttl !== null && lock.remainingTime > 0;
   }
 
@@ -499,13 +378,14 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const lock = await redlock.acquire("a", 1_000);
-   * console.log(await redlock.remainingTtl(lock));
+   * console.log(await redlock.remainingTtl(await redlock.acquire("a", 1_000)));
    * ```
    */
   remainingTtl(lock: Lock, options?: InspectOptions): Promise<number | null> {
     checkLock(lock);
-    return this.#inspect(lock.resources, lock.value, options, "remainingTtl(lock)", true);
+    const what = "remainingTtl(lock)";
+    const question = { keys: lock.resources, value: lock.value, what, everyServer: true };
+    return inspectFor(this.#context, question, options);
   }
 
   /**
@@ -527,141 +407,14 @@ export class Redlock extends EventTarget implements LockOwner {
    */
   remainingTtlForResource(resource: string, options?: InspectOptions): Promise<number | null> {
     const keys = [checkResource(resource, "resource")];
-    return this.#inspect(keys, "", options, `remainingTtlForResource(${show(keys)})`, true);
+    const what = `remainingTtlForResource(${show(keys)})`;
+    return inspectFor(this.#context, { keys, value: "", what, everyServer: true }, options);
   }
 
   /**
-   * Listens for `"error"` events and hands `listener` the error itself.
-   *
-   * @param type The event type: `"error"`.
-   * @param listener Called with each error and its event.
-   * @returns A function that removes the listener.
-   * @throws {TypeError} When `type` is no event of a Redlock or `listener` is no function.
-   *
-   * @example Logging
-   * ```ts no-eval
-   * import { Redlock } from "@x/redlock";
-   * declare const redlock: Redlock;
-   * const off = redlock.on("error", (error) => console.warn(error.message));
-   * off();
-   * ```
-   */
-  on(type: "error", listener: (error: Error, event: RedlockErrorEvent) => void): () => void;
-  /**
-   * Listens for a lifecycle event: `"acquired"`, `"released"`, `"extended"`
-   * or `"lost"` (see {@linkcode RedlockEventMap}).
-   *
-   * @param type The event type.
-   * @param listener Called with each event.
-   * @returns A function that removes the listener.
-   * @throws {TypeError} When `type` is no event of a Redlock or `listener` is no function.
-   *
-   * @example Measuring waits
-   * ```ts no-eval
-   * import { Redlock } from "@x/redlock";
-   * declare const redlock: Redlock;
-   * redlock.on("acquired", (event) => console.log(event.waited, event.attempts));
-   * ```
-   */
-  on<K extends Exclude<keyof RedlockEventMap, "error">>(
-    type: K,
-    listener: (event: RedlockEventMap[K]) => void,
-  ): () => void;
-  on(
-    type: keyof RedlockEventMap,
-    listener: ((error: Error, event: RedlockErrorEvent) => void) | ((event: Event) => void),
-  ): () => void {
-    if (!EVENT_TYPES.has(type)) {
-      throw new TypeError(
-        `type must be one of ${[...EVENT_TYPES].join(", ")}, got ${describeValue(type)}`,
-      );
-    }
-    if (typeof listener !== "function") {
-      throw new TypeError(`listener must be a function, got ${describeValue(listener)}`);
-    }
-    const handler = type === "error"
-      ? (event: Event) => {
-        const e = event as RedlockErrorEvent;
-        (listener as (error: Error, event: RedlockErrorEvent) => void)(e.error, e);
-      }
-      : listener as (event: Event) => void;
-    this.addEventListener(type, handler);
-    return () => this.removeEventListener(type, handler);
-  }
-
-  /**
-   * Adds an event listener, as on any `EventTarget`; see
-   * {@linkcode RedlockEventMap} for the events.
-   *
-   * @param type The event type.
-   * @param listener The listener.
-   * @param options The standard listener options.
-   */
-  override addEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | AddEventListenerOptions,
-  ): void {
-    super.addEventListener(type, listener, options);
-    const { once = false, signal } = typeof options === "object" ? options : {};
-    // The platform drops these without calling removeEventListener(): the
-    // list must not keep them, or events would be made for nobody.
-    if (listener === null || signal?.aborted) return;
-    let listeners = this.#listeners.get(type);
-    if (listeners === undefined) this.#listeners.set(type, listeners = new Map());
-    if (listeners.has(listener)) return; // added already: the platform ignored it
-    let forget: EventListener | undefined;
-    if (once) {
-      forget = () => listeners.delete(listener);
-      super.addEventListener(type, forget, { once: true });
-    }
-    listeners.set(listener, forget);
-    signal?.addEventListener("abort", () => this.removeEventListener(type, listener), {
-      once: true,
-    });
-  }
-
-  /**
-   * Removes an event listener, as on any `EventTarget`.
-   *
-   * @param type The event type.
-   * @param listener The listener.
-   * @param options The standard listener options.
-   */
-  override removeEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | EventListenerOptions,
-  ): void {
-    super.removeEventListener(type, listener, options);
-    const listeners = this.#listeners.get(type);
-    const forget = listeners?.get(listener);
-    if (forget !== undefined) super.removeEventListener(type, forget);
-    listeners?.delete(listener);
-  }
-
-  /**
-   * Dispatches an error that concerns a whole operation (not one server) as
-   * an `"error"` event with `server` −1; used where throwing would hide a
-   * more important result, e.g. a failed release after `using()`.
-   *
-   * @param error The error.
-   *
-   * @example Reporting
-   * ```ts no-eval
-   * import { Redlock } from "@x/redlock";
-   * declare const redlock: Redlock;
-   * redlock.reportError(new Error("cleanup failed"));
-   * ```
-   */
-  reportError(error: unknown): void {
-    const e = error instanceof Error ? error : new Error(String(error), { cause: error });
-    this.dispatchEvent(new RedlockErrorEvent(e, -1, this));
-  }
-
-  /**
-   * What the Redlock shows in logs: how many servers, the quorum and the
-   * settings, never its clients (their options may hold passwords).
+   * What the Redlock shows in logs (also in `Deno.inspect` and Node's
+   * `util.inspect`): how many servers, the quorum and the settings, never
+   * its clients (their options may hold passwords).
    *
    * @returns A plain summary.
    *
@@ -693,171 +446,18 @@ export class Redlock extends EventTarget implements LockOwner {
   }
 
   /**
-   * How `Deno.inspect` and `console.log` show the Redlock: its summary.
-   *
-   * @param inspect Deno's inspect function.
-   * @param options Deno's inspect options.
-   * @returns The summary, inspected.
-   */
-  [Symbol.for("Deno.customInspect")](
-    inspect: (value: unknown, options: unknown) => string,
-    options: unknown,
-  ): string {
-    return `Redlock ${inspect(this.toJSON(), options)}`;
-  }
-
-  /**
-   * How Node's `util.inspect` and `console.log` show the Redlock: its summary.
-   *
-   * @param _depth Node's current depth.
-   * @param options Node's inspect options.
-   * @param inspect Node's inspect function.
-   * @returns The summary, inspected.
-   */
-  [Symbol.for("nodejs.util.inspect.custom")](
-    _depth: number,
-    options: unknown,
-    inspect: (value: unknown, options: unknown) => string,
-  ): string {
-    return `Redlock ${inspect(this.toJSON(), options)}`;
-  }
-
-  /** Checks an acquire's arguments; returns the request and its timeout. */
-  #checkAcquire(
-    resources: unknown,
-    duration: unknown,
-    options: AcquireOptions | undefined,
-    known: ReadonlySet<string>,
-  ): AcquireRequest {
-    const keys = checkResources(resources);
-    checkDuration(duration);
-    const opts = checkCallOptions(options, known);
-    const settings = checkSettings(opts, this.#settings, "options");
-    const fencing = opts.fencing === true;
-    this.#servers.checkSlots(fencing ? [...keys, ...keys.map(fenceKey)] : keys);
-    const value = this.#nextValue(fencing ? 0 : duration as number);
-    const request = {
-      keys,
-      duration: duration as number,
-      settings,
-      signal: opts.signal,
-      fencing,
-      value,
-      timeout: opts.timeout,
-    };
-    return request;
-  }
-
-  /** Acquires, bounded by `timeout` when given, through the hooks and with the event. */
-  #acquire(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
-    const hooks = HOOKS.get(this);
-    if (hooks === undefined) return this.#acquireNow(request, timeout);
-    return hooks.acquire(request.keys, () => this.#acquireNow(request, timeout), request.signal);
-  }
-
-  #acquireNow(request: AcquireRequest, timeout: number | undefined): Promise<Lock> {
-    const listened = this.#listened("acquired");
-    const start = listened ? now() : 0;
-    let acquiring: Promise<Lock>;
-    if (timeout === undefined) acquiring = acquire(this.#context, request);
-    else {
-      const { signal, dispose } = deadline(request.signal, timeout);
-      acquiring = acquire(this.#context, { ...request, signal }).finally(dispose);
-    }
-    if (!listened) return acquiring;
-    return acquiring.then((lock) => {
-      const waited = now() - start;
-      this.dispatchEvent(new LockAcquiredEvent({ lock, waited, handoff: wasHandedOver(lock) }));
-      return lock;
-    });
-  }
-
-  /** Extends, through the hooks and with the events. */
-  #extend(request: ExtendRequest): Promise<Lock> {
-    const hooks = HOOKS.get(this);
-    const run = () =>
-      extend(this.#servers, this, request).then((lock) => {
-        if (this.#listened("extended")) {
-          this.dispatchEvent(new LockExtendedEvent(lock, request.lock));
-        }
-        return lock;
-      }, (error) => {
-        if (error instanceof LockLostError && this.#listened("lost")) {
-          this.dispatchEvent(new LockLostEvent(request.lock, error));
-        }
-        throw error;
-      });
-    return hooks === undefined ? run() : hooks.extend(request.lock, run);
-  }
-
-  #listened(type: string): boolean {
-    if (this.#listeners.size === 0) return false;
-    const set = this.#listeners.get(type);
-    return set !== undefined && set.size > 0;
-  }
-
-  /** Releases, through the hooks and with the event. */
-  #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
-    const hooks = HOOKS.get(this);
-    if (hooks === undefined) return this.#releaseNow(lock, settings);
-    return hooks.release(lock, () => this.#releaseNow(lock, settings));
-  }
-
-  /** One round of RELEASE: settles on a quorum. */
-  #releaseNow(lock: Lock, settings: Settings): Promise<ExecutionResult> {
-    const keys = lock.resources;
-    const call = releaseCall(keys, lock.value, { reservation: settings.requestTimeout });
-    const releasing = this.#servers.release(
-      this.#servers.sender(RELEASE, call),
-      settings.requestTimeout,
-      keys,
-    );
-    if (!this.#listened("released")) return releasing;
-    return releasing.then((result) => {
-      this.dispatchEvent(new LockReleasedEvent(lock));
-      return result;
-    });
-  }
-
-  #inspect(
-    keys: readonly string[],
-    value: string,
-    options: InspectOptions | undefined,
-    what: string,
-    everyServer = false,
-  ): Promise<number | null> {
-    const opts = checkCallOptions(options, KNOWN.inspect);
-    const settings = checkSettings(opts, this.#settings, "options");
-    this.#servers.checkSlots(keys);
-    return inspect(this.#servers, {
-      keys,
-      value,
-      settings,
-      signal: opts.signal,
-      what,
-      everyServer,
-    });
-  }
-
-  /**
-   * Campaigns for leadership of `name` until `options.signal` aborts: waits
-   * for the lock (woken by its release), runs `routine` while holding it with
-   * automatic extension, then releases it and campaigns again. The routine's
-   * signal aborts with a {@linkcode LockLostError} when leadership is lost,
-   * at the latest when the lock's validity ends without a successful
-   * extension (as in {@linkcode Redlock.using}); a routine's error is an
-   * `"error"` event, and campaigning goes on after a backoff. See
-   * {@linkcode lead}.
+   * Campaigns for leadership of `name` until `options.signal` aborts, and
+   * runs `routine` while it leads; its signal aborts at the latest when the
+   * lock's validity ends without a successful extension. See {@linkcode lead}.
    *
    * @param name The name of the leadership (one Redis key).
    * @param duration The lease in ms, renewed before it ends.
-   * @param routine The leader's work for one term; `context.term` is a
-   * fencing token that strictly increases from leader to leader.
-   * @param options Per-call overrides and the signal that stops campaigning
-   * (an abort between a won campaign and its routine's start releases the
-   * lock without running the routine).
-   * @returns A promise that resolves once `options.signal` aborted, the
-   * routine settled and the lock was released.
+   * @param routine The leader's work for one term; `context.term` is a fencing token
+   * that strictly increases from leader to leader.
+   * @param options Per-call overrides and the signal that stops campaigning (an abort
+   * between a won campaign and its routine's start releases the lock, the routine unrun).
+   * @returns A promise that resolves once `options.signal` aborted, the routine settled
+   * and the lock was released.
    * @throws {TypeError} On a bad argument, before any request.
    * @throws {RangeError} On an out-of-range argument, before any request.
    *
@@ -865,16 +465,10 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const shutdown = new AbortController();
-   * Deno.addSignalListener("SIGINT", () => shutdown.abort());
-   * await redlock.lead("scheduler", 10_000, async (signal, { term }) => {
-   *   console.log(`leading in term ${term}`);
-   *   // (an abort that fired already never fires again: check it first)
-   *   await new Promise((resolve) => {
-   *     if (signal.aborted) resolve(undefined);
-   *     else signal.addEventListener("abort", resolve, { once: true });
-   *   });
-   * }, { signal: shutdown.signal });
+   * declare const shutdown: AbortSignal;
+   * await redlock.lead("scheduler", 10_000, (signal, { term }) => {
+   *   console.log(`leading in term ${term}, until ${signal.aborted}`);
+   * }, { signal: shutdown });
    * ```
    */
   lead(name: string, duration: number, routine: LeadRoutine, options?: LeadOptions): Promise<void> {
@@ -894,13 +488,11 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```ts no-eval
    * import { Redlock } from "@x/redlock";
    * declare const redlock: Redlock;
-   * const rw = redlock.readWriteLock("doc:42");
-   * await using _ = await rw.read(5_000);
+   * await using _ = await redlock.readWriteLock("doc:42").read(5_000);
    * ```
    */
   readWriteLock(name: string): ReadWriteLock {
-    this.#shareContext();
-    return new ReadWriteLock(this, name);
+    return new ReadWriteLock(this.#context, name);
   }
 
   /**
@@ -921,27 +513,8 @@ export class Redlock extends EventTarget implements LockOwner {
    * ```
    */
   semaphore(name: string, options: SemaphoreOptions): Semaphore {
-    this.#shareContext();
-    return new Semaphore(this, name, options);
-  }
-
-  /** Lets the handles this Redlock makes use its servers, waiters and settings. */
-  #shareContext(): void {
-    if (CONTEXTS.has(this)) return;
-    CONTEXTS.set(this, {
-      servers: this.#servers,
-      waiters: this.#waiters,
-      settings: this.#settings,
-      redlock: this,
-      nextValue: (lease) => this.#nextValue(lease),
-    });
-  }
-
-  /**
-   * A new lock value: the Redlock's id (naming its wake channel), a count,
-   * and the lease a release hands the key over for (0: reserve it only).
-   */
-  #nextValue(lease: number): string {
-    return `${this.#id}:${(++this.#acquires).toString(36)}:${lease}`;
+    return new Semaphore(this.#context, name, options);
   }
 }
+
+showSummary(Redlock, "Redlock");

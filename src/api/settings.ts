@@ -4,7 +4,8 @@
  */
 
 import type { RedlockOptions } from "./options.ts";
-import { checkNumber, describeValue, MAX_DURATION } from "../util/validate.ts";
+import { checkNumber, describeValue } from "../util/validate.ts";
+import { MAX_DURATION } from "../protocol/encoding.ts";
 
 /** Every setting, filled in. */
 export interface Settings extends Required<Omit<RedlockOptions, "retryDelay">> {
@@ -160,19 +161,4 @@ export function checkCallOptions<T extends CallOptions>(
     }
   }
   return options;
-}
-
-/**
- * ms to sleep after the `attempt`-th failed attempt: `retryDelay` (or what
- * it returns) plus up to `retryJitter` at random.
- */
-export function retryWait(settings: Settings, attempt: number): number {
-  const { retryDelay, retryJitter } = settings;
-  const base = typeof retryDelay === "function" ? retryDelay(attempt) : retryDelay;
-  if (typeof base !== "number" || !Number.isFinite(base) || base < 0) {
-    throw new RangeError(
-      `retryDelay(${attempt}) must return a finite number of ms ≥ 0, got ${describeValue(base)}`,
-    );
-  }
-  return base + Math.random() * retryJitter;
 }

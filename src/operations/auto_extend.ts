@@ -6,8 +6,7 @@
 
 import { LockLostError } from "../api/errors.ts";
 import type { Lock } from "../api/lock.ts";
-import type { UsingContext, UsingRoutine } from "../api/options.ts";
-import { describeValue } from "../util/validate.ts";
+import type { UsingContext } from "../api/routine.ts";
 import type { Settings } from "../api/settings.ts";
 import { show } from "../quorum/servers.ts";
 
@@ -104,56 +103,5 @@ export class AutoExtension {
     this.context.lock = next;
     this.context.extensions++;
     if (!this.#stop.signal.aborted) this.#schedule();
-  }
-}
-
-/** Splits using()'s `(options, routine)` or `(routine)` and checks the routine. */
-export function usingArguments<O, R>(optionsOrRoutine: O | R, maybeRoutine: R | undefined): [
-  O | undefined,
-  R,
-] {
-  const [options, routine] = typeof optionsOrRoutine === "function"
-    ? [undefined, optionsOrRoutine as R]
-    : [optionsOrRoutine as O, maybeRoutine];
-  if (typeof routine !== "function") {
-    throw new TypeError(`routine must be a function, got ${describeValue(routine)}`);
-  }
-  return [options, routine];
-}
-
-/**
- * using()'s part after the acquire: runs `routine` while `extend` renews
- * the lock `threshold` ms before it ends, then releases it; a failed
- * release goes to `report` (the routine's result matters more). When
- * `signal` aborted by then, the routine never starts: the lock is released
- * and the promise rejects with the signal's reason, as an aborted acquire.
- */
-export async function holdWhile<T>(
-  lock: Lock,
-  threshold: number,
-  extend: Extender,
-  signal: AbortSignal | undefined,
-  routine: UsingRoutine<T>,
-  release: (lock: Lock) => Promise<unknown>,
-  report: (error: unknown) => void,
-): Promise<T> {
-  if (signal?.aborted) {
-    try {
-      await release(lock);
-    } catch (error) {
-      report(error);
-    }
-    throw signal.reason;
-  }
-  const extension = new AutoExtension(lock, threshold, extend, signal);
-  try {
-    return await routine(extension.signal, extension.context);
-  } finally {
-    const last = await extension.stop();
-    try {
-      await release(last);
-    } catch (error) {
-      report(error);
-    }
   }
 }

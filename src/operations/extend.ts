@@ -3,13 +3,17 @@
  */
 
 import { ExecutionError, type ExecutionStats, LockLostError } from "../api/errors.ts";
-import { Lock, type LockOwner } from "../api/lock.ts";
+import { checkLock, Lock, type LockOwner } from "../api/lock.ts";
+import type { ExtendOptions } from "../api/options.ts";
+import { checkDuration } from "../util/validate.ts";
 import { EXTEND, extendCall, FENCE, fenceCall } from "../protocol/scripts.ts";
 import { type PermitTerms, SEM_EXTEND, semExtendCall } from "../protocol/semaphore_script.ts";
 import { type Send, type Servers, show } from "../quorum/servers.ts";
 import { round } from "../quorum/round.ts";
-import { retryWait, type Settings } from "../api/settings.ts";
-import { delay } from "../util/delay.ts";
+import { checkCallOptions, checkSettings, type Settings } from "../api/settings.ts";
+import { mayRetry, retryWait } from "./retry.ts";
+import { deadline, delay } from "../util/delay.ts";
+import type { LockContext } from "../api/lock_context.ts";
 import { now, validUntil } from "../util/time.ts";
 
 /** One extension's checked arguments. */
@@ -20,6 +24,43 @@ export interface ExtendRequest {
   /** False to take keys of the lock that expired again when they are free. */
   readonly onlyIfLocked: boolean;
   readonly signal: AbortSignal | undefined;
+  /** ms the whole extension may take (the caller's `timeout`). */
+  readonly timeout?: number | undefined;
+  /** What the new lock is owned by (the Redlock, or the handle that made it). */
+  readonly owner: LockOwner;
+  /** Asks one server; its reply is a vote, as EXTEND's (by default EXTEND, see `extend()`). */
+  readonly send?: Send | undefined;
+}
+
+/** Checks an extension's arguments before any request; `known` are the option names. */
+export function checkExtend(
+  context: LockContext,
+  lock: Lock,
+  duration: unknown,
+  options: ExtendOptions | undefined,
+  known: ReadonlySet<string>,
+): Omit<ExtendRequest, "owner"> {
+  checkLock(lock);
+  const ms = checkDuration(duration);
+  const opts = checkCallOptions(options, known);
+  const settings = checkSettings(opts, context.settings, "options");
+  const { signal, timeout } = opts;
+  return { lock, duration: ms, settings, onlyIfLocked: opts.onlyIfLocked ?? true, signal, timeout };
+}
+
+/**
+ * Extends a lock through the hooks installed on the Redlock and with its
+ * `"extended"` or `"lost"` event, within `request.timeout`.
+ */
+export function extendLock(context: LockContext, request: ExtendRequest): Promise<Lock> {
+  return context.lifecycle.extend(request.lock, async () => {
+    const { signal, dispose } = deadline(request.signal, request.timeout);
+    try {
+      return await extend(context.servers, { ...request, signal });
+    } finally {
+      dispose();
+    }
+  });
 }
 
 /** Semaphore permits among the locks, with their terms: their extension renews the permits key. */
@@ -45,16 +86,12 @@ function extender(servers: Servers, request: ExtendRequest): Send {
 /**
  * Extends a lock to `duration` ms from the start of the successful attempt,
  * retrying as the settings say; the new lock has the same value and token.
- * `send` asks one server (by default EXTEND on the lock's resources, or
- * SEM_EXTEND for a permit); its reply is a vote, as EXTEND's.
+ * `request.send` asks one server (by default EXTEND on the lock's resources,
+ * or SEM_EXTEND for a permit); its reply is a vote, as EXTEND's.
  */
-export async function extend(
-  servers: Servers,
-  owner: LockOwner,
-  request: ExtendRequest,
-  send: Send = extender(servers, request),
-): Promise<Lock> {
-  const { lock, duration, settings, onlyIfLocked, signal } = request;
+export async function extend(servers: Servers, request: ExtendRequest): Promise<Lock> {
+  const { lock, duration, settings, onlyIfLocked, signal, owner } = request;
+  const send = request.send ?? extender(servers, request);
   signal?.throwIfAborted();
   const attempts: ExecutionStats[] = [];
   const what = `extend of ${show(lock.resources)}`;
@@ -81,8 +118,7 @@ export async function extend(
     if (ballot.stats.votesAgainst.conflicts > servers.members.length - servers.quorum) {
       throw new LockLostError(`${what} failed: the lock is no longer ours`, attempts);
     }
-    const { retryCount } = settings;
-    if (retryCount !== -1 && n > retryCount) {
+    if (!mayRetry(settings, n)) {
       throw new ExecutionError(`${what} failed`, attempts);
     }
     await delay(retryWait(settings, n), signal);

@@ -7,7 +7,9 @@ import { ExecutionError } from "../api/errors.ts";
 import { INSPECT, inspectCall } from "../protocol/scripts.ts";
 import { type Servers, toNumber } from "../quorum/servers.ts";
 import { round } from "../quorum/round.ts";
-import type { Settings } from "../api/settings.ts";
+import { checkCallOptions, checkSettings, KNOWN, type Settings } from "../api/settings.ts";
+import type { LockContext } from "../api/lock_context.ts";
+import type { InspectOptions } from "../api/options.ts";
 import { drift, now } from "../util/time.ts";
 
 /** One question to the servers about some keys. */
@@ -21,6 +23,30 @@ export interface InspectRequest {
   readonly what: string;
   /** Hear every server out (bounded by requestTimeout) for the best TTL estimate. */
   readonly everyServer: boolean;
+}
+
+/** {@linkcode inspect} of `question`, its options checked before any request. */
+export function inspectFor(
+  context: LockContext,
+  question: Pick<InspectRequest, "keys" | "value" | "what" | "everyServer">,
+  options: InspectOptions | undefined,
+): Promise<number | null> {
+  return inspect(context.servers, checkInspect(context, options, question));
+}
+
+/**
+ * Checks the options of an inspection of `question.keys` before any
+ * request, and makes its request.
+ */
+export function checkInspect(
+  context: LockContext,
+  options: InspectOptions | undefined,
+  question: Pick<InspectRequest, "keys" | "value" | "what" | "everyServer">,
+): InspectRequest {
+  const opts = checkCallOptions(options, KNOWN.inspect);
+  const settings = checkSettings(opts, context.settings, "options");
+  context.servers.checkSlots(question.keys);
+  return { ...question, settings, signal: opts.signal };
 }
 
 /**

@@ -1,36 +1,20 @@
 /**
- * What read-write locks and semaphores share: what they need of their
- * Redlock, the checks of an acquire's arguments, and the retry loop around
- * their attempts (retries, waiting, giving up).
+ * What read-write locks and semaphores share: the checks of an acquire's
+ * arguments, and the loop around their attempts (retries, waiting, giving
+ * up), through the hooks and events of their Redlock.
+ *
+ * @module
  */
 
-import { ExecutionError, type ExecutionStats, ResourceLockedError } from "../api/errors.ts";
-import type { Lock, LockOwner } from "../api/lock.ts";
+import { ExecutionError, type ExecutionStats } from "../api/errors.ts";
+import type { Lock } from "../api/lock.ts";
+import type { LockContext } from "../api/lock_context.ts";
 import type { HandleAcquireOptions } from "../api/options.ts";
-import type { Servers } from "../quorum/servers.ts";
 import type { Waiters } from "../wait/waiters.ts";
-import { checkCallOptions, checkSettings, retryWait, type Settings } from "../api/settings.ts";
+import { checkCallOptions, checkSettings, type Settings } from "../api/settings.ts";
+import { giveUpError, mayRetry, retryWait, withRetryCount } from "../operations/retry.ts";
 import { deadline, delay } from "../util/delay.ts";
 import { checkDuration } from "../util/validate.ts";
-
-/** What a read-write lock or semaphore needs of its Redlock. */
-export interface HandleContext {
-  readonly servers: Servers;
-  readonly waiters: Waiters;
-  /** The Redlock's settings. */
-  readonly settings: Settings;
-  /** The Redlock: reports errors; releases and extends permits. */
-  readonly redlock: LockOwner;
-  /** A fresh lock value for a lease of `lease` ms. */
-  nextValue(lease: number): string;
-}
-
-/**
- * The handle contexts of Redlocks that made handles, set by the Redlock:
- * a handle's constructor takes the Redlock (a public type) and finds its
- * servers here.
- */
-export const CONTEXTS: WeakMap<object, HandleContext> = new WeakMap();
 
 /** One acquire's checked arguments. */
 export interface HandleRequest {
@@ -43,7 +27,7 @@ export interface HandleRequest {
 
 /** Checks an acquire's arguments before any request; `known` are the option names. */
 export function checkRequest(
-  context: HandleContext,
+  context: LockContext,
   duration: unknown,
   options: HandleAcquireOptions | undefined,
   known: ReadonlySet<string>,
@@ -62,7 +46,7 @@ export function checkRequest(
 
 /** `request` for exactly one attempt (tryRead, tryAcquire, …). */
 export function oneAttempt(request: HandleRequest): HandleRequest {
-  return { ...request, settings: { ...request.settings, retryCount: 0 } };
+  return { ...request, settings: withRetryCount(request.settings, 0) };
 }
 
 /** A failed attempt: its stats and what the servers said. */
@@ -100,11 +84,26 @@ export interface Contender {
   abandon(last?: Refusal): Promise<void>;
   /** The keys whose release channels wake the acquire; undefined: it polls. */
   readonly channels: readonly string[] | undefined;
+  /** The resources the hooks are told of: the handle's name. */
+  readonly resources: readonly string[];
   /**
    * What the error messages call it, e.g. `read lock of "doc"`; also what
    * the waiters remember as hot once such an acquire waited.
    */
   readonly what: string;
+}
+
+/** {@linkcode contend}, through the hooks installed on the Redlock and with its `"acquired"` event. */
+export function contendLock(
+  context: LockContext,
+  request: HandleRequest,
+  contender: Contender,
+): Promise<Lock> {
+  return context.lifecycle.acquire(
+    contender.resources,
+    request.signal,
+    () => contend(context, request, contender),
+  );
 }
 
 /**
@@ -114,7 +113,7 @@ export interface Contender {
  * `timeout` and `signal`.
  */
 export async function contend(
-  context: HandleContext,
+  context: LockContext,
   request: HandleRequest,
   contender: Contender,
 ): Promise<Lock> {
@@ -141,17 +140,14 @@ export async function contend(
       if (!("stats" in outcome)) return outcome;
       attempts.push(outcome.stats);
       const { votesAgainst } = outcome.stats;
-      const { retryCount } = settings;
-      if (retryCount !== -1 && n > retryCount) {
+      if (!mayRetry(settings, n)) {
         await contender.abandon(outcome);
-        const errors = votesAgainst.size - votesAgainst.conflicts;
-        const { servers } = context;
-        const held = votesAgainst.conflicts > 0 &&
-          errors <= servers.members.length - servers.quorum;
-        const message = `acquire of ${contender.what} failed`;
-        throw held
-          ? new ResourceLockedError(`${message}: held by another holder`, attempts)
-          : new ExecutionError(message, attempts);
+        throw giveUpError(`acquire of ${contender.what}`, {
+          holder: "another holder",
+          last: votesAgainst,
+          servers: context.servers,
+          attempts,
+        });
       }
       if (notify && votesAgainst.conflicts > 0) {
         if (listening === undefined) {

@@ -7,8 +7,8 @@
  */
 
 import type { Lock } from "../api/lock.ts";
-import type { UsingContext, UsingOptions } from "../api/options.ts";
-import type { Redlock } from "../api/redlock.ts";
+import type { UsingOptions } from "../api/options.ts";
+import type { UsingContext, UsingRoutine } from "../api/routine.ts";
 import { PermissionError } from "../api/errors.ts";
 import { delay } from "../util/delay.ts";
 import { checkDuration, describeValue } from "../util/validate.ts";
@@ -46,6 +46,36 @@ export interface LeadContext {
  */
 export type LeadRoutine = (signal: AbortSignal, context: LeadContext) => Promise<void> | void;
 
+/**
+ * What {@linkcode lead} campaigns with: a `Redlock`, or anything with its
+ * `using()`, `reportError()` and `settings.retryDelay`.
+ */
+export interface Campaigner {
+  /** The settings in force: `retryDelay` spaces campaigns after failures. */
+  readonly settings: { readonly retryDelay: number | ((attempt: number) => number) };
+  /**
+   * Acquires `resources`, runs `routine` while extending the lock, releases it.
+   *
+   * @param resources The resource.
+   * @param duration The lease in ms.
+   * @param options Per-call overrides.
+   * @param routine The work.
+   * @returns What the routine returns.
+   */
+  using<T>(
+    resources: string,
+    duration: number,
+    options: UsingOptions,
+    routine: UsingRoutine<T>,
+  ): Promise<T>;
+  /**
+   * Reports an error that cannot be thrown (a failed routine).
+   *
+   * @param error The error.
+   */
+  reportError(error: unknown): void;
+}
+
 /** The longest pause after failing routines, in multiples of the lease. */
 const MAX_BACKOFF_LEASES = 1;
 
@@ -70,7 +100,7 @@ class Term implements LeadContext {
 
 /** One campaign: terms one after another, with a backoff after a failing routine. */
 class Campaign {
-  readonly #redlock: Redlock;
+  readonly #redlock: Campaigner;
   readonly #name: string;
   readonly #duration: number;
   readonly #routine: LeadRoutine;
@@ -80,7 +110,7 @@ class Campaign {
   #failures = 0;
 
   constructor(
-    redlock: Redlock,
+    redlock: Campaigner,
     name: string,
     duration: number,
     routine: LeadRoutine,
@@ -145,7 +175,7 @@ class Campaign {
  * routine's error is dispatched as an `"error"` event on the Redlock and
  * campaigning goes on after a backoff.
  *
- * @param redlock The Redlock to campaign with.
+ * @param redlock The Redlock to campaign with (see {@linkcode Campaigner}).
  * @param name The name of the leadership (one Redis key).
  * @param duration The lease in ms, renewed before it ends; a crashed leader
  * is replaced within about this long.
@@ -174,7 +204,7 @@ class Campaign {
  * ```
  */
 export async function lead(
-  redlock: Redlock,
+  redlock: Campaigner,
   name: string,
   duration: number,
   routine: LeadRoutine,

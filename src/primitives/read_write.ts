@@ -5,16 +5,17 @@
  * @module
  */
 
+import { RETRY_FOREVER, withRetryCount } from "../operations/retry.ts";
 import { ExecutionError, type ExecutionResult, ResourceLockedError } from "../api/errors.ts";
-import { Lock, type LockOwner } from "../api/lock.ts";
+import { checkLock, Lock, type LockOwner } from "../api/lock.ts";
 import type {
   ExtendOptions,
   HandleAcquireOptions,
   HandleUsingOptions,
   ReleaseOptions,
-  UsingRoutine,
 } from "../api/options.ts";
-import type { Redlock } from "../api/redlock.ts";
+import type { UsingRoutine } from "../api/routine.ts";
+import type { LockContext } from "../api/lock_context.ts";
 import {
   GATE,
   type Mode,
@@ -29,18 +30,18 @@ import {
   rwModeCall,
 } from "../protocol/read_write_scripts.ts";
 import type { Send, Servers } from "../quorum/servers.ts";
+import { queueLife } from "../protocol/encoding.ts";
 import {
   checkRequest,
-  contend,
   type Contender,
-  CONTEXTS,
-  type HandleContext,
+  contendLock,
   type HandleRequest,
   oneAttempt,
   type Refusal,
 } from "./contend.ts";
-import { extensionThreshold, holdWhile, usingArguments } from "../operations/auto_extend.ts";
-import { extend } from "../operations/extend.ts";
+import { extensionThreshold } from "../operations/auto_extend.ts";
+import { extendLock } from "../operations/extend.ts";
+import { using, usingArguments } from "../operations/using.ts";
 import { FastPath } from "../acquire/fast_path.ts";
 import {
   checkCallOptions,
@@ -51,7 +52,7 @@ import {
 } from "../api/settings.ts";
 import { within } from "../util/delay.ts";
 import { now, validUntil } from "../util/time.ts";
-import { checkDuration, checkLock, checkResource, describeValue } from "../util/validate.ts";
+import { checkDuration, checkResource, describeValue } from "../util/validate.ts";
 
 export type { Mode as ReadWriteMode };
 
@@ -79,8 +80,10 @@ export type { Mode as ReadWriteMode };
 export class ReadWriteLock implements LockOwner {
   /** The lock's name; its keys share the name's hash tag (or the name as one). */
   readonly name: string;
-  readonly #context: HandleContext;
+  readonly #context: LockContext;
   readonly #keys: readonly string[];
+  /** The keys, and the name as the hooks are told it. */
+  readonly #names: HandleNames;
   /** The mode of each lock this handle made. */
   readonly #modes = new WeakMap<Lock, Mode>();
   /** Whether acquires try a plain `SET NX` of the writer's key first. */
@@ -89,15 +92,17 @@ export class ReadWriteLock implements LockOwner {
   /**
    * Made by `redlock.readWriteLock(name)`.
    *
-   * @param redlock The Redlock whose servers hold the lock.
+   * @param context What the handle needs of its Redlock.
    * @param name The lock's name: a non-empty string.
-   * @throws {TypeError} When `redlock` did not make handles, or `name` is no string.
+   * @throws {TypeError} When `name` is no string.
    * @throws {RangeError} When `name` is empty.
+   * @ignore
    */
-  constructor(redlock: Redlock, name: string) {
-    this.#context = contextOf(redlock);
+  constructor(context: LockContext, name: string) {
+    this.#context = context;
     this.name = checkResource(name, "name");
     this.#keys = rwKeys(name);
+    this.#names = { keys: this.#keys, resources: Object.freeze([name]) };
     this.#context.servers.checkSlots(this.#keys);
   }
 
@@ -251,18 +256,15 @@ export class ReadWriteLock implements LockOwner {
     );
     checkMode(mode);
     const request = checkRequest(this.#context, duration, options, KNOWN.handleUsing);
-    const threshold = extensionThreshold(request.settings, duration);
-    const lock = await this.#contend(mode, request);
-    const settings = { ...request.settings, retryCount: -1 };
-    return await holdWhile(
-      lock,
-      threshold,
-      (current, signal) => this.#extend(current, duration, settings, true, signal),
-      options?.signal,
-      routine,
-      (last) => this.#release(last, request.settings),
-      (error) => this.reportError(error),
-    );
+    const settings = withRetryCount(request.settings, RETRY_FOREVER);
+    return await using(routine, {
+      threshold: extensionThreshold(request.settings, duration),
+      signal: options?.signal,
+      acquire: () => this.#contend(mode, request),
+      extend: (lock, signal) => this.#extend(lock, duration, settings, true, signal),
+      release: (lock) => this.#release(lock, request.settings),
+      report: (error) => this.reportError(error),
+    });
   }
 
   /**
@@ -360,7 +362,7 @@ export class ReadWriteLock implements LockOwner {
    * @param error The error.
    */
   reportError(error: unknown): void {
-    this.#context.redlock.reportError(error);
+    this.#context.owner.reportError(error);
   }
 
   /**
@@ -388,18 +390,21 @@ export class ReadWriteLock implements LockOwner {
 
   #contend(mode: Mode, request: HandleRequest): Promise<Lock> {
     const { servers } = this.#context;
-    const acquire = new RwAcquire(servers, this.#keys, request, mode, this.#fast, (lock) => {
+    const acquire = new RwAcquire(servers, this.#names, request, mode, this.#fast, (lock) => {
       const made = new Lock({ ...lock, owner: this, resources: [this.name] });
       this.#modes.set(made, mode);
       return made;
     });
-    return contend(this.#context, request, acquire);
+    return contendLock(this.#context, request, acquire);
   }
 
   #release(lock: Lock, settings: Settings): Promise<ExecutionResult> {
-    const { servers } = this.#context;
+    const { servers, lifecycle } = this.#context;
     const send = releaser(servers, this.#keys, lock.value, this.#modes.get(lock)!);
-    return servers.release(send, settings.requestTimeout, [this.name]);
+    return lifecycle.release(
+      lock,
+      () => servers.release(send, settings.requestTimeout, [this.name]),
+    );
   }
 
   async #extend(
@@ -419,12 +424,15 @@ export class ReadWriteLock implements LockOwner {
       marked: true,
     });
     const send = servers.sender(mode === "read" ? RW_READ : RW_WRITE, call);
-    const next = await extend(
-      servers,
-      this,
-      { lock, duration, settings, onlyIfLocked, signal },
+    const next = await extendLock(this.#context, {
+      lock,
+      duration,
+      settings,
+      onlyIfLocked,
+      signal,
+      owner: this,
       send,
-    );
+    });
     this.#modes.set(next, mode);
     return next;
   }
@@ -437,19 +445,6 @@ export class ReadWriteLock implements LockOwner {
     }
     return mode;
   }
-}
-
-/** The handle context `redlock` registered (see `Redlock.readWriteLock`). */
-export function contextOf(redlock: Redlock): HandleContext {
-  const context = CONTEXTS.get(redlock);
-  if (context === undefined) {
-    throw new TypeError(
-      `redlock must be a Redlock (use redlock.readWriteLock() or redlock.semaphore()), got ${
-        describeValue(redlock)
-      }`,
-    );
-  }
-  return context;
 }
 
 function checkMode(mode: unknown): asserts mode is Mode {
@@ -474,6 +469,12 @@ function releaser(
   return servers.sender(RW_RELEASE, rwModeCall(keys, value, how));
 }
 
+/** A handle's keys, and its name as the hooks are told it. */
+interface HandleNames {
+  readonly keys: readonly string[];
+  readonly resources: readonly string[];
+}
+
 /** What a lock is made of before its handle names it. */
 type LockParts = Omit<ConstructorParameters<typeof Lock>[0], "owner" | "resources">;
 
@@ -483,6 +484,7 @@ type LockParts = Omit<ConstructorParameters<typeof Lock>[0], "owner" | "resource
  */
 class RwAcquire implements Contender {
   readonly channels: readonly string[];
+  readonly resources: readonly string[];
   readonly what: string;
   readonly #servers: Servers;
   readonly #keys: readonly string[];
@@ -494,14 +496,16 @@ class RwAcquire implements Contender {
 
   constructor(
     servers: Servers,
-    keys: readonly string[],
+    names: HandleNames,
     request: HandleRequest,
     mode: Mode,
     fast: FastPath,
     make: (parts: LockParts) => Lock,
   ) {
+    const { keys } = names;
     this.#servers = servers;
     this.#keys = keys;
+    this.resources = names.resources;
     this.#request = request;
     this.#mode = mode;
     this.#fast = fast;
@@ -523,7 +527,7 @@ class RwAcquire implements Contender {
     const call = rwCall(this.#keys, value, {
       duration,
       how: RW_HOW.acquire,
-      watchLife: listening ? 4 * timeout : 0,
+      watchLife: listening ? queueLife(timeout) : 0,
       markLife: sleep + 2 * timeout,
       marked: this.#attempts.length > 0,
     });

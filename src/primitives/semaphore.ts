@@ -5,11 +5,14 @@
  * @module
  */
 
+import { RETRY_FOREVER, withRetryCount } from "../operations/retry.ts";
 import { type ExecutionStats, ResourceLockedError } from "../api/errors.ts";
 import { Lock } from "../api/lock.ts";
-import type { HandleAcquireOptions, HandleUsingOptions, UsingRoutine } from "../api/options.ts";
-import type { Redlock } from "../api/redlock.ts";
+import type { HandleAcquireOptions, HandleUsingOptions } from "../api/options.ts";
+import type { UsingRoutine } from "../api/routine.ts";
+import type { LockContext } from "../api/lock_context.ts";
 import { RELEASE, releaseCall } from "../protocol/scripts.ts";
+import { queueLife } from "../protocol/encoding.ts";
 import {
   ANY_SLOT,
   MISMATCH,
@@ -22,16 +25,15 @@ import { type Ballot, type Send, type Servers, toVote, type Vote } from "../quor
 import { type Member, round, type Tally } from "../quorum/round.ts";
 import {
   checkRequest,
-  contend,
   type Contender,
-  type HandleContext,
+  contendLock,
   type HandleRequest,
   oneAttempt,
   type Refusal,
 } from "./contend.ts";
-import { contextOf } from "./read_write.ts";
-import { extensionThreshold, holdWhile, usingArguments } from "../operations/auto_extend.ts";
-import { markPermit } from "../operations/extend.ts";
+import { extensionThreshold } from "../operations/auto_extend.ts";
+import { extendLock, markPermit } from "../operations/extend.ts";
+import { using, usingArguments } from "../operations/using.ts";
 import { checkKeys, KNOWN } from "../api/settings.ts";
 import { within } from "../util/delay.ts";
 import { FastPath } from "../acquire/fast_path.ts";
@@ -119,7 +121,7 @@ export class Semaphore {
   readonly name: string;
   /** How many holders at most. */
   readonly permits: number;
-  readonly #context: HandleContext;
+  readonly #context: LockContext;
   /** What its acquires' errors call it. */
   readonly #what: string;
   /** When its acquires may take a slot by `SET NX` alone, and which. */
@@ -128,14 +130,15 @@ export class Semaphore {
   /**
    * Made by `redlock.semaphore(name, { permits })`.
    *
-   * @param redlock The Redlock whose servers hold the permits.
+   * @param context What the handle needs of its Redlock.
    * @param name The semaphore's name: a non-empty string.
    * @param options The number of permits.
    * @throws {TypeError} When `name` is no string, `options` no object, or `permits` no number.
    * @throws {RangeError} When `name` is empty or `permits` no integer from 1 to 1000.
+   * @ignore
    */
-  constructor(redlock: Redlock, name: string, options: SemaphoreOptions) {
-    this.#context = contextOf(redlock);
+  constructor(context: LockContext, name: string, options: SemaphoreOptions) {
+    this.#context = context;
     this.name = checkResource(name, "name");
     checkKeys(options, KNOWN.semaphore, "options");
     if (options.permits === undefined) {
@@ -254,20 +257,24 @@ export class Semaphore {
       optionsOrRoutine,
       maybeRoutine,
     );
-    const request = checkRequest(this.#context, duration, options, KNOWN.handleUsing);
-    const threshold = extensionThreshold(request.settings, duration);
-    const permit = await this.#contend(request);
-    const { requestTimeout } = request.settings;
-    const { redlock } = this.#context;
-    return await holdWhile(
-      permit,
-      threshold,
-      (current, signal) => current.extend(duration, { retryCount: -1, requestTimeout, signal }),
-      options?.signal,
-      routine,
-      (last) => last.release({ requestTimeout }),
-      (error) => redlock.reportError(error),
-    );
+    const context = this.#context;
+    const request = checkRequest(context, duration, options, KNOWN.handleUsing);
+    const { settings } = request;
+    const extending = {
+      duration,
+      settings: withRetryCount(settings, RETRY_FOREVER),
+      onlyIfLocked: true,
+    };
+    return await using(routine, {
+      threshold: extensionThreshold(settings, duration),
+      signal: options?.signal,
+      acquire: () => this.#contend(request),
+      extend: (lock, signal) =>
+        extendLock(context, { ...extending, lock, signal, owner: context.owner }),
+      // Through the permit, which then counts as released.
+      release: (lock) => lock.release({ requestTimeout: settings.requestTimeout }),
+      report: (error) => context.owner.reportError(error),
+    });
   }
 
   /**
@@ -281,7 +288,7 @@ export class Semaphore {
 
   #contend(request: HandleRequest): Promise<Lock> {
     const acquire = new PermitAcquire(this, this.#what, this.#context, request, this.#fast);
-    return contend(this.#context, request, acquire);
+    return contendLock(this.#context, request, acquire);
   }
 }
 
@@ -317,8 +324,9 @@ class FastPermit {
 /** One acquire of a permit. */
 class PermitAcquire implements Contender {
   readonly what: string;
+  readonly resources: readonly string[];
   readonly #semaphore: Semaphore;
-  readonly #context: HandleContext;
+  readonly #context: LockContext;
   readonly #servers: Servers;
   readonly #request: HandleRequest;
   readonly #fast: FastPermit;
@@ -327,11 +335,12 @@ class PermitAcquire implements Contender {
   constructor(
     semaphore: Semaphore,
     what: string,
-    context: HandleContext,
+    context: LockContext,
     request: HandleRequest,
     fast: FastPermit,
   ) {
     this.what = what;
+    this.resources = [semaphore.name];
     this.#semaphore = semaphore;
     this.#context = context;
     this.#servers = context.servers;
@@ -370,7 +379,7 @@ class PermitAcquire implements Contender {
     const stragglers = new Stragglers((members, keep) => this.#release(members, keep));
     const first = await round<Vote, [Ballot, Tally<Vote>]>(
       servers.members,
-      this.#sender(ANY_SLOT, { fresh, queueLife: listening ? 4 * this.#timeout : 0 }),
+      this.#sender(ANY_SLOT, { fresh, queueLife: listening ? queueLife(this.#timeout) : 0 }),
       {
         timeout: this.#timeout,
         start,
@@ -463,7 +472,7 @@ class PermitAcquire implements Contender {
   #permit(slot: number, until: number): Lock {
     const { name, permits } = this.#semaphore;
     const permit = new Lock({
-      owner: this.#context.redlock,
+      owner: this.#context.owner,
       resources: [slotKey(name, slot)],
       value: this.#request.value,
       attempts: this.#attempts,

@@ -23,7 +23,7 @@
  */
 
 import { beside, type LuaScript, script, type ScriptCall } from "./scripts.ts";
-import { releaseChannel } from "../wait/subscriber.ts";
+import { CONFLICT, releaseChannel } from "./encoding.ts";
 
 /** The mode of a read-write lock. */
 export type Mode = "read" | "write";
@@ -96,7 +96,7 @@ const REFUSED = `local function refused(ttl, role)
     if flag and flag ~= role then role = "${WATCHERS.both}" end
     redis.call("SET", watched, role, "PX", math.max(ttl, 0) + tonumber(ARGV[7]))
   end
-  return -3 - ttl
+  return ${CONFLICT} - ttl
 end
 `;
 
@@ -167,7 +167,7 @@ if holder == value then
   redis.call("SET", writer, value, "PX", lease)
   return 0
 end
-if how == "${RW_HOW.extend}" then return -3 - redis.call("PTTL", writer) end
+if how == "${RW_HOW.extend}" then return ${CONFLICT} - redis.call("PTTL", writer) end
 local ttl = -2
 if holder == READERS then
   local last = redis.call("ZRANGE", readers, -1, -1, "WITHSCORES")[2]

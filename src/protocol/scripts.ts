@@ -11,6 +11,14 @@
  * @module
  */
 
+import {
+  CONFLICT,
+  LUA_VALUE_ID,
+  LUA_VALUE_LEASE,
+  RELEASE_CHANNEL,
+  RESERVED,
+  WAKE_CHANNEL,
+} from "./encoding.ts";
 import { sha1 } from "./sha1.ts";
 import { MsArg } from "../util/time.ts";
 
@@ -55,6 +63,9 @@ export type Seat =
 /** The seat of an acquire that does not wait in a queue. */
 export const NO_SEAT: Seat = Object.freeze({ kind: "none" });
 
+/** The seat of a watcher. */
+export const WATCHER_SEAT: Seat = Object.freeze({ kind: "watcher" });
+
 /**
  * Takes every resource for the value when each is free (missing, or
  * reserved for this value by a release). Replies the fencing token (0
@@ -79,7 +90,7 @@ end
 if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
   for i = 1, n do
     local holder = redis.call("GET", KEYS[i])
-    if holder and holder ~= value and holder ~= "?" .. value then
+    if holder and holder ~= value and holder ~= "${RESERVED}" .. value then
       local ttl = redis.call("PTTL", KEYS[i])
       if seat ~= "" then
         local queue = seat == "${WATCHER}" and KEYS[#KEYS - n + i] or KEYS[#KEYS]
@@ -91,7 +102,7 @@ if redis.call("EXISTS", unpack(KEYS, 1, n)) > 0 then
         local life = math.max(ttl, 0) + tonumber(ARGV[5])
         if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
       end
-      return -3 - ttl
+      return ${CONFLICT} - ttl
     end
   end
 end
@@ -187,7 +198,7 @@ export const EXTEND: LuaScript = script(
   `for _, key in ipairs(KEYS) do
   local holder = redis.call("GET", key)
   if holder ~= ARGV[1] and not (holder == false and ARGV[3] == "${TAKE_FREE}") then
-    return -3 - redis.call("PTTL", key)
+    return ${CONFLICT} - redis.call("PTTL", key)
   end
 end
 for _, key in ipairs(KEYS) do
@@ -268,7 +279,7 @@ for i = 1, n do
   local holder = redis.call("GET", key)
   local held = holder == value and mode ~= "${RELEASE_MODE.leaveQueues}"
   if held then count = count + 1 end
-  if held or (holder == "?" .. value and not stays) then
+  if held or (holder == "${RESERVED}" .. value and not stays) then
     if queued and giveWay then redis.call("ZADD", queue, "NX", ARGV[4], value) end
     local head = queued and redis.call("ZPOPMIN", queue)[1]
     if head == value and not giveWay then head = redis.call("ZPOPMIN", queue)[1] end
@@ -276,15 +287,15 @@ for i = 1, n do
       -- first in line: the key stays with the value
     elseif head == "${WATCHER}" then
       redis.call("DEL", key)
-      redis.call("PUBLISH", "redlock:release:" .. key, "")
+      redis.call("PUBLISH", "${RELEASE_CHANNEL}" .. key, "")
     elseif head then
-      local lease = tonumber(string.match(head, ":(%d+)$")) or 0
+      local lease = tonumber(string.match(head, "${LUA_VALUE_LEASE}")) or 0
       if lease > 0 then
         redis.call("SET", key, head, "PX", lease)
       else
-        redis.call("SET", key, "?" .. head, "PX", ARGV[2])
+        redis.call("SET", key, "${RESERVED}" .. head, "PX", ARGV[2])
       end
-      redis.call("PUBLISH", "redlock:wake:" .. string.match(head, "^[^:]*"), head)
+      redis.call("PUBLISH", "${WAKE_CHANNEL}" .. string.match(head, "${LUA_VALUE_ID}"), head)
     else
       redis.call("DEL", key)
     end

@@ -7,6 +7,7 @@
  * differently is told.
  */
 
+import { CONFLICT } from "./encoding.ts";
 import {
   beside,
   extendCall,
@@ -57,7 +58,7 @@ if want >= 0 then
     if i ~= want and redis.call("GET", KEYS[i + 2]) == value then redis.call("DEL", KEYS[i + 2]) end
   end
   local holder = redis.call("GET", KEYS[want + 2])
-  if holder and holder ~= value then return -3 - redis.call("PTTL", KEYS[want + 2]) end
+  if holder and holder ~= value then return ${CONFLICT} - redis.call("PTTL", KEYS[want + 2]) end
   took = want
 else
   local fresh, free, shortest = ARGV[5] == "${NEW_VALUE}", -1, nil
@@ -84,7 +85,7 @@ else
         if redis.call("PTTL", queue) < life then redis.call("PEXPIRE", queue, life) end
       end
     end
-    return -3 - shortest
+    return ${CONFLICT} - shortest
   end
 end
 redis.call("SET", KEYS[took + 2], value, "PX", lease)
@@ -138,7 +139,7 @@ export const SEM_EXTEND: LuaScript = script(
   "sem-extend",
   `local holder = redis.call("GET", KEYS[1])
 if holder ~= ARGV[1] and not (holder == false and ARGV[3] == "${TAKE_FREE}") then
-  return -3 - redis.call("PTTL", KEYS[1])
+  return ${CONFLICT} - redis.call("PTTL", KEYS[1])
 end
 local lease, permits = tonumber(ARGV[2]), ARGV[4]
 local stored = redis.call("SET", KEYS[2], permits, "NX", "GET", "PX", 3 * lease)

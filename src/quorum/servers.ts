@@ -16,6 +16,7 @@ import type { LuaScript, ScriptCall } from "../protocol/scripts.ts";
 import { type Member, round, type Tally } from "./round.ts";
 import { Conflict, VotesAgainst } from "./votes.ts";
 import { hashSlot } from "../protocol/hash_slot.ts";
+import { conflictTtl } from "../protocol/encoding.ts";
 import { now } from "../util/time.ts";
 import { describeValue } from "../util/validate.ts";
 
@@ -75,7 +76,7 @@ export interface Ballot {
 export function toVote(reply: unknown, server: number): Vote {
   if (Number.isInteger(reply)) {
     const n = reply as number;
-    return n >= 0 ? n : new Conflict(server, -3 - n);
+    return n >= 0 ? n : new Conflict(server, conflictTtl(n));
   }
   throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
 }
@@ -86,8 +87,8 @@ export function toNumber(reply: unknown, server: number): number {
   throw new TypeError(`server ${server} sent an unexpected reply: ${describeValue(reply)}`);
 }
 
-/** A release vote: for, once the reply is a count. */
-const released = (reply: unknown, member: Member): Vote => (toNumber(reply, member.index), 0);
+/** A release vote: for, once the reply is a count (of keys that held the value). */
+const releaseVote = (reply: unknown, member: Member): Vote => (toNumber(reply, member.index), 0);
 
 /** An acquire or extend vote: a script's reply, or a vote `setIfAbsent` already made. */
 const asVote = (reply: unknown, member: Member): Vote =>
@@ -234,7 +235,7 @@ export class Servers {
       start,
       onError: this.emit,
       done: this.decided,
-      judge: released,
+      judge: releaseVote,
       settle: (tally) => {
         const { ok, stats } = this.ballot(tally, start);
         if (!ok) {

@@ -1,4 +1,4 @@
-import { Lock } from "../api/lock.ts";
+import { MAX_DURATION } from "../protocol/encoding.ts";
 
 /** A short description of a value for error messages. */
 export function describeValue(value: unknown): string {
@@ -9,9 +9,6 @@ export function describeValue(value: unknown): string {
   if (Array.isArray(value)) return `an array of ${value.length}`;
   return `an object ${value.constructor?.name ?? "(no prototype)"}`;
 }
-
-/** The largest lease Redis's `PX` takes that fits in a 32-bit timer. */
-export const MAX_DURATION = 2 ** 31 - 1;
 
 /** Checks `resources` and returns them as a fresh array of unique, non-empty strings. */
 export function checkResources(resources: unknown, name = "resources"): string[] {
@@ -51,14 +48,6 @@ export function checkResource(resource: unknown, name: string): string {
   }
   if (resource === "") throw new RangeError(`${name} must not be empty, got ""`);
   return resource;
-}
-
-/** Checks that `lock` is a Lock. */
-export function checkLock(lock: unknown, name = "lock"): Lock {
-  if (!(lock instanceof Lock)) {
-    throw new TypeError(`${name} must be a Lock, got ${describeValue(lock)}`);
-  }
-  return lock;
 }
 
 /** Checks a lease length in ms: an integer from 1 to 2^31 − 1. */

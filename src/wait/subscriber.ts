@@ -13,23 +13,6 @@ import { within } from "../util/delay.ts";
 const CLOSE_MS = 1_000;
 
 /**
- * The channel a release of `resource` is published on when nobody queues
- * for it (the release frees the key for anyone).
- */
-export function releaseChannel(resource: string): string {
-  return `redlock:release:${resource}`;
-}
-
-/**
- * The channel of the waiting acquires of one Redlock, by its id (the part of
- * their lock values before the colon): a release that reserved a key for
- * one of them (the first of the key's wait queue) publishes its value there.
- */
-export function wakeChannel(id: string): string {
-  return `redlock:wake:${id}`;
-}
-
-/**
  * A subscriber connection to one server, as the lock uses it. Build one for
  * a client that cannot be duplicated automatically (e.g. deno-redis) and pass
  * a {@linkcode SubscriberFactory} as the `subscriber` option.

@@ -1,10 +1,6 @@
 import { Alarm, type Member } from "../quorum/round.ts";
-import {
-  releaseChannel,
-  type ReleaseSubscriber,
-  type SubscriberFactory,
-  wakeChannel,
-} from "./subscriber.ts";
+import type { ReleaseSubscriber, SubscriberFactory } from "./subscriber.ts";
+import { releaseChannel, wakeChannel } from "../protocol/encoding.ts";
 import { now } from "../util/time.ts";
 import { within } from "../util/delay.ts";
 
@@ -20,8 +16,8 @@ interface Channel {
   subscribedAt: number;
   /** How many servers confirmed the subscription. */
   confirmed: number;
-  /** When a release message last arrived from each server (monotonic). */
-  readonly releasedAt: number[];
+  /** When a release message (a notice) last arrived from each server (monotonic). */
+  readonly noticedAt: number[];
   /** Settles once the subscribe requests have answered or timed out. */
   ready: Promise<void>;
 }
@@ -42,7 +38,7 @@ function newChannel(servers: number): Channel {
     wakers: new Set(),
     subscribedAt: Infinity,
     confirmed: 0,
-    releasedAt: new Array<number>(servers).fill(-Infinity),
+    noticedAt: new Array<number>(servers).fill(-Infinity),
     ready: READY,
   };
 }
@@ -234,7 +230,7 @@ export class Waiters {
       if (channel !== this.#wake) {
         const entry = this.#channels.get(channel);
         if (entry === undefined) return;
-        entry.releasedAt[server] = now();
+        entry.noticedAt[server] = now();
         for (const interest of entry.wakers) interest.check();
       } else if (message === undefined) {
         // A subscriber that does not tell the message: wake them all to try.
@@ -358,8 +354,8 @@ function closeQuietly(subscriber: ReleaseSubscriber): Promise<void> {
   return Promise.resolve().then(() => subscriber.close()).catch(() => {});
 }
 
-/** What the release messages since a wait's `since` tell. */
-const RELEASED = Object.freeze({
+/** What the release messages (notices) since a wait's `since` tell. */
+const NOTICED = Object.freeze({
   /** No server announced a release. */
   none: 0,
   /** Some server did. */
@@ -368,10 +364,10 @@ const RELEASED = Object.freeze({
   quorum: 2,
 });
 
-/** What `count` release messages tell when `confirmed` servers subscribed (see `RELEASED`). */
-function released(count: number, confirmed: number, quorum: number): number {
-  if (count >= Math.min(quorum, Math.max(1, confirmed))) return RELEASED.quorum;
-  return count > 0 ? RELEASED.some : RELEASED.none;
+/** What `count` release messages tell when `confirmed` servers subscribed (see `NOTICED`). */
+function noticed(count: number, confirmed: number, quorum: number): number {
+  if (count >= Math.min(quorum, Math.max(1, confirmed))) return NOTICED.quorum;
+  return count > 0 ? NOTICED.some : NOTICED.none;
 }
 
 /** How many of `times` are after `since`. */
@@ -404,7 +400,7 @@ class Interest extends Alarm implements Listening {
    * last came, which servers named it (handed it the key or reserved it),
    * and how many servers had subscribed.
    */
-  #releasedAt: number[] | undefined;
+  #noticedAt: number[] | undefined;
   #handed: number[] | undefined;
   readonly #confirmed: number;
   #done = false;
@@ -429,8 +425,8 @@ class Interest extends Alarm implements Listening {
   sleep(since: number, ms: number, signal: AbortSignal | undefined, sleeper: Sleeper): boolean {
     signal?.throwIfAborted();
     this.#since = since;
-    const state = this.#released();
-    if (state === RELEASED.quorum) return false;
+    const state = this.#noticed();
+    if (state === NOTICED.quorum) return false;
     const t = now();
     this.at(t + ms, 0, t);
     this.#sleeper = sleeper;
@@ -439,7 +435,7 @@ class Interest extends Alarm implements Listening {
     if (this.#value === undefined) {
       for (const channel of this.#channels) channel.wakers.add(this);
     }
-    if (state === RELEASED.some) this.#straggle(t);
+    if (state === NOTICED.some) this.#straggle(t);
     return true;
   }
 
@@ -451,8 +447,8 @@ class Interest extends Alarm implements Listening {
 
   /** A wake message from `server` that named this acquire (`handed`) or did not tell whom. */
   heardFrom(server: number, handed: boolean): void {
-    this.#releasedAt ??= new Array<number>(this.#waiters.servers).fill(-Infinity);
-    this.#releasedAt[server] = now();
+    this.#noticedAt ??= new Array<number>(this.#waiters.servers).fill(-Infinity);
+    this.#noticedAt[server] = now();
     if (handed && !this.#handed?.includes(server)) (this.#handed ??= []).push(server);
     this.check();
   }
@@ -460,9 +456,9 @@ class Interest extends Alarm implements Listening {
   /** A release message came: wakes at a quorum, else waits a little for the others. */
   check(): void {
     if (this.#sleeper === undefined) return;
-    const state = this.#released();
-    if (state === RELEASED.quorum) this.#wake();
-    else if (state === RELEASED.some) this.#straggle(now());
+    const state = this.#noticed();
+    if (state === NOTICED.quorum) this.#wake();
+    else if (state === NOTICED.some) this.#straggle(now());
   }
 
   /** The signal aborted. */
@@ -481,19 +477,19 @@ class Interest extends Alarm implements Listening {
     this.#wake();
   }
 
-  #released(): number {
+  #noticed(): number {
     const quorum = this.#waiters.quorum;
     const since = this.#since;
     if (this.#value !== undefined) {
-      const count = this.#releasedAt === undefined ? 0 : countAfter(this.#releasedAt, since);
-      return released(count, this.#confirmed, quorum);
+      const count = this.#noticedAt === undefined ? 0 : countAfter(this.#noticedAt, since);
+      return noticed(count, this.#confirmed, quorum);
     }
-    let state: number = RELEASED.none;
+    let state: number = NOTICED.none;
     for (const channel of this.#channels) {
-      if (channel.subscribedAt > since) return RELEASED.quorum;
-      const of = released(countAfter(channel.releasedAt, since), channel.confirmed, quorum);
-      if (of === RELEASED.quorum) return of;
-      if (of === RELEASED.some) state = of;
+      if (channel.subscribedAt > since) return NOTICED.quorum;
+      const of = noticed(countAfter(channel.noticedAt, since), channel.confirmed, quorum);
+      if (of === NOTICED.quorum) return of;
+      if (of === NOTICED.some) state = of;
     }
     return state;
   }

@@ -1,0 +1,82 @@
+/**
+ * The listeners of a Redlock's events, counted by type, so that no
+ * lifecycle event is made for nobody, and `on()`'s checks and wrapping.
+ *
+ * @module
+ */
+
+import type { RedlockErrorEvent } from "./error_event.ts";
+import type { RedlockEventMap } from "./events.ts";
+import { describeValue } from "../util/validate.ts";
+
+/** The event types a Redlock dispatches. */
+const EVENT_TYPES: ReadonlySet<string> = new Set<keyof RedlockEventMap>([
+  "error",
+  "acquired",
+  "released",
+  "extended",
+  "lost",
+]);
+
+/**
+ * The listeners of one event target, by type. A `once` listener maps to the
+ * listener that forgets it after its event (see `RedlockEvents`).
+ */
+export class Listeners {
+  readonly #byType = new Map<string, Map<unknown, EventListener | undefined>>();
+
+  /** Whether `listener` is listed for `type`. */
+  listed(type: string, listener: unknown): boolean {
+    return this.#byType.get(type)?.has(listener) === true;
+  }
+
+  /** A listener of `type` was added; `forget` is what forgets a `once` listener. */
+  added(type: string, listener: unknown, forget: EventListener | undefined): void {
+    let listeners = this.#byType.get(type);
+    if (listeners === undefined) this.#byType.set(type, listeners = new Map());
+    listeners.set(listener, forget);
+  }
+
+  /** A listener of `type` was removed; returns what forgot it if it was `once`. */
+  removed(type: string, listener: unknown): EventListener | undefined {
+    const listeners = this.#byType.get(type);
+    const forget = listeners?.get(listener);
+    listeners?.delete(listener);
+    return forget;
+  }
+
+  /** Whether anybody listens for `type`. */
+  has(type: string): boolean {
+    if (this.#byType.size === 0) return false;
+    const listeners = this.#byType.get(type);
+    return listeners !== undefined && listeners.size > 0;
+  }
+}
+
+/** A listener of `on()`: the error and its event for `"error"`, else the event. */
+export type OnListener =
+  | ((error: Error, event: RedlockErrorEvent) => void)
+  | ((event: Event) => void);
+
+/**
+ * Adds `listener` for `type` to `target` as `on()` does (an `"error"`
+ * listener is handed the error itself); returns what removes it.
+ */
+export function on(target: EventTarget, type: string, listener: OnListener): () => void {
+  if (!EVENT_TYPES.has(type)) {
+    throw new TypeError(
+      `type must be one of ${[...EVENT_TYPES].join(", ")}, got ${describeValue(type)}`,
+    );
+  }
+  if (typeof listener !== "function") {
+    throw new TypeError(`listener must be a function, got ${describeValue(listener)}`);
+  }
+  const handler = type === "error"
+    ? (event: Event) => {
+      const e = event as RedlockErrorEvent;
+      (listener as (error: Error, event: RedlockErrorEvent) => void)(e.error, e);
+    }
+    : listener as (event: Event) => void;
+  target.addEventListener(type, handler);
+  return () => target.removeEventListener(type, handler);
+}
