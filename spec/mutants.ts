@@ -80,7 +80,7 @@ export const MUTANTS: readonly Mutant[] = [
     fault: "no drift allowance in the validity",
     invariant: "MutualExclusion",
     samples: 200,
-    seed: 1,
+    seed: 5,
   },
   {
     main: "release_any",
