@@ -1,0 +1,152 @@
+/**
+ * `deno task spec`: simulates the model (spec/redlock.qnt) with fixed seeds
+ * and checks every invariant, one line each (samples, steps, result), then
+ * replays the safety run's traces against real servers running the
+ * project's scripts (spec/replay.ts). Exits 1 when an invariant is violated
+ * or a reply differs.
+ *
+ * Options: `--samples N` (safety runs, default 100), `--traces N` (shorter
+ * runs of TRACE_STEPS steps whose traces are replayed, default 200),
+ * `--calm N` (progress runs, default 40), `--seed N`, `--keep DIR` (keep the
+ * traces there), `--replay DIR` (only replay the traces in DIR).
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { readTrace, type Trace } from "./itf.ts";
+import { quintRun, type RunResult } from "./quint.ts";
+import { replay, showMismatch } from "./replay.ts";
+
+/** The safety invariants, checked together on runs with every fault. */
+export const SAFETY = [
+  "MutualExclusion",
+  "FencingOrder",
+  "NoForeignWrite",
+  "NoOrphanAfterEnd",
+];
+
+/** Steps per safety run. */
+export const SAFETY_STEPS = 150;
+/** Steps per replayed run: shorter, so that many traces are replayed. */
+export const TRACE_STEPS = 40;
+/** Steps per calm run (bounded progress). */
+export const CALM_STEPS = 400;
+
+function line(
+  name: string,
+  samples: number,
+  steps: number,
+  result: RunResult,
+): string {
+  const verdict = !result.violated
+    ? "ok"
+    : result.which.includes(name) || result.which.length === 0 ||
+        ![...SAFETY, "Progress"].includes(name)
+    ? "VIOLATED"
+    : "ok";
+  const pad = name.padEnd(17);
+  return `${pad} samples ${samples}, steps ${steps} each: ${verdict} (${
+    result.seconds.toFixed(0)
+  } s)`;
+}
+
+async function readTraces(dir: string): Promise<Map<string, Trace>> {
+  const names = [];
+  for await (const entry of Deno.readDir(dir)) names.push(entry.name);
+  names.sort((a, b) => Number(a.replace(/\D/g, "")) - Number(b.replace(/\D/g, "")));
+  const traces = new Map<string, Trace>();
+  for (const name of names) {
+    traces.set(name, readTrace(await Deno.readTextFile(`${dir}/${name}`)));
+  }
+  return traces;
+}
+
+/**
+ * Simulates the model: the safety runs, the shorter runs whose traces are
+ * written to `dir` (safety checked on them too), then the calm runs.
+ */
+async function simulate(
+  dir: string,
+  samples: number,
+  traces: number,
+  calm: number,
+  seed: number,
+): Promise<boolean> {
+  const safety = await quintRun({
+    main: "correct",
+    invariants: SAFETY,
+    samples,
+    steps: SAFETY_STEPS,
+    seed,
+  });
+  for (const name of SAFETY) console.log(line(name, samples, SAFETY_STEPS, safety));
+  const short = await quintRun({
+    main: "correct",
+    invariants: SAFETY,
+    samples: traces,
+    steps: TRACE_STEPS,
+    seed,
+    outItf: `${dir}/trace_{seq}.itf.json`,
+    traces,
+  });
+  console.log(line("Safety (traces)", traces, TRACE_STEPS, short));
+  const progress = await quintRun({
+    main: "correct",
+    invariants: ["Progress"],
+    init: "initCalm",
+    step: "calmStep",
+    samples: calm,
+    steps: CALM_STEPS,
+    seed,
+  });
+  console.log(line("Progress", calm, CALM_STEPS, progress));
+  for (const run of [safety, short, progress]) if (run.violated) console.log(run.output);
+  return !safety.violated && !short.violated && !progress.violated;
+}
+
+/** Replays the traces in `dir`; true when every reply was equal and `least` traces ran. */
+async function replayDir(dir: string, least: number): Promise<boolean> {
+  const traces = await readTraces(dir);
+  const started = performance.now();
+  const report = await replay(traces);
+  const seconds = ((performance.now() - started) / 1000).toFixed(0);
+  const verdict = report.mismatches.length === 0
+    ? "all replies equal"
+    : `${report.mismatches.length} trace(s) with a different reply`;
+  console.log(
+    `replay            ${report.traces} traces, ${report.steps} server steps against ` +
+      `redis-server: ${verdict} (${seconds} s)`,
+  );
+  report.mismatches.slice(0, 20).forEach((m) => console.log(`  ${showMismatch(m)}`));
+  return report.mismatches.length === 0 && report.traces >= least;
+}
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    args: Deno.args,
+    options: {
+      samples: { type: "string" },
+      traces: { type: "string" },
+      calm: { type: "string" },
+      seed: { type: "string" },
+      keep: { type: "string" },
+      replay: { type: "string" },
+    },
+  });
+  if (values.replay) return await replayDir(values.replay, 1) ? 0 : 1;
+  const samples = Number(values.samples ?? 100);
+  const traces = Number(values.traces ?? 200);
+  const calm = Number(values.calm ?? 40);
+  const seed = Number(values.seed ?? 1);
+  const dir = values.keep ?? await Deno.makeTempDir({ prefix: "redlock-spec-" });
+  try {
+    const simulated = await simulate(dir, samples, traces, calm, seed);
+    const replayed = await replayDir(dir, traces);
+    return simulated && replayed ? 0 : 1;
+  } finally {
+    if (!values.keep) await Deno.remove(dir, { recursive: true });
+  }
+}
+
+if (import.meta.main) Deno.exit(await main());
