@@ -4,10 +4,14 @@
  */
 
 import { fileURLToPath } from "node:url";
-import { Redis } from "ioredis";
-import { createClient } from "redis";
 import type { RedisClient } from "../mod.ts";
-import type { Connection, Kind, RedisServer, RedisServers } from "./_redis.ts";
+import {
+  connect,
+  type Connection,
+  type Kind,
+  type RedisServer,
+  type RedisServers,
+} from "./_redis.ts";
 
 const PRODUCTION_MD = fileURLToPath(new URL("../docs/production.md", import.meta.url));
 
@@ -52,40 +56,7 @@ export async function connectAs(
   user: string,
   password: string = PASSWORD,
 ): Promise<Connection> {
-  if (kind === "ioredis") {
-    const client = new Redis({
-      host: "127.0.0.1",
-      port,
-      username: user,
-      password,
-      // Its ready check sends INFO, which the lock user may not (docs/production.md).
-      enableReadyCheck: false,
-      lazyConnect: true,
-      maxRetriesPerRequest: null,
-      retryStrategy: () => 50,
-    });
-    client.on("error", () => {});
-    await client.connect();
-    const close = async () => {
-      client.disconnect();
-      if (client.status !== "end") {
-        await new Promise<void>((resolve) => client.once("end", () => resolve()));
-      }
-    };
-    return { client: client as RedisClient, close, [Symbol.asyncDispose]: close };
-  }
-  const client = createClient({
-    username: user,
-    password,
-    socket: { host: "127.0.0.1", port, reconnectStrategy: () => 50, connectTimeout: 1_000 },
-  });
-  client.on("error", () => {});
-  await client.connect();
-  const close = async () => {
-    client.destroy();
-    await new Promise((r) => setTimeout(r, 0));
-  };
-  return { client: client as RedisClient, close, [Symbol.asyncDispose]: close };
+  return await connect(kind, port, { username: user, password });
 }
 
 /** Clients of `kind` logged in as `user`, one per server, closed together. */

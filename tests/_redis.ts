@@ -29,14 +29,34 @@ export interface Connection extends AsyncDisposable {
   close(): Promise<void>;
 }
 
+/** How a test client logs in: an ACL user, or TLS trusting one CA. */
+export interface ConnectOptions {
+  readonly username?: string;
+  readonly password?: string;
+  /** PEM of the only CA to trust; connects over TLS when set. */
+  readonly tlsCa?: string;
+}
+
 /** Connects one client of `kind` to a server on `port`, reconnecting quickly when it dies. */
-export async function connect(kind: Kind | PreviousKind, port: number): Promise<Connection> {
+export async function connect(
+  kind: Kind | PreviousKind,
+  port: number,
+  options: ConnectOptions = {},
+): Promise<Connection> {
+  const { username, password, tlsCa } = options;
+  const login = username === undefined
+    ? {}
+    : { username, ...(password === undefined ? {} : { password }) };
   if (kind === "ioredis" || kind === "ioredis5") {
     // Both majors take the same options; the 5.x client is typed as the current one.
     const Client = (kind === "ioredis" ? Redis : Redis5) as typeof Redis;
     const client = new Client({
       host: "127.0.0.1",
       port,
+      ...login,
+      // Its ready check sends INFO, which a lock user may not (docs/production.md).
+      ...(username === undefined ? {} : { enableReadyCheck: false }),
+      ...(tlsCa === undefined ? {} : { tls: { ca: [tlsCa] } }),
       lazyConnect: true,
       maxRetriesPerRequest: null,
       retryStrategy: () => 50,
@@ -55,8 +75,10 @@ export async function connect(kind: Kind | PreviousKind, port: number): Promise<
   }
   if (kind === "node-redis" || kind === "node-redis5") {
     const create = (kind === "node-redis" ? createClient : createClient5) as typeof createClient;
+    const socket = { host: "127.0.0.1", port, reconnectStrategy: () => 50, connectTimeout: 1_000 };
     const client = create({
-      socket: { host: "127.0.0.1", port, reconnectStrategy: () => 50, connectTimeout: 1_000 },
+      ...login,
+      socket: tlsCa === undefined ? socket : { ...socket, tls: true as const, ca: tlsCa },
     });
     client.on("error", () => {});
     await client.connect();

@@ -5,10 +5,7 @@
  * tests/_redis.ts keep using).
  */
 
-import { Redis } from "ioredis";
-import { createClient } from "redis";
-import type { RedisClient } from "../mod.ts";
-import { type Connection, type RedisServers, startServers } from "./_redis.ts";
+import { connect, type Connection, type RedisServers, startServers } from "./_redis.ts";
 
 /** A CA and a server certificate signed by it, as files and the CA's PEM text. */
 export interface Certificates extends AsyncDisposable {
@@ -162,33 +159,5 @@ export async function connectTls(
   port: number,
   ca: string,
 ): Promise<Connection> {
-  if (kind === "ioredis") {
-    const client = new Redis({
-      host: "127.0.0.1",
-      port,
-      tls: { ca: [ca] },
-      lazyConnect: true,
-      maxRetriesPerRequest: null,
-      retryStrategy: () => 50,
-    });
-    client.on("error", () => {});
-    await client.connect();
-    const close = async () => {
-      client.disconnect();
-      if (client.status !== "end") {
-        await new Promise<void>((resolve) => client.once("end", () => resolve()));
-      }
-    };
-    return { client: client as RedisClient, close, [Symbol.asyncDispose]: close };
-  }
-  const client = createClient({
-    socket: { host: "127.0.0.1", port, tls: true, ca, reconnectStrategy: () => 50 },
-  });
-  client.on("error", () => {});
-  await client.connect();
-  const close = async () => {
-    client.destroy();
-    await new Promise((r) => setTimeout(r, 0));
-  };
-  return { client: client as RedisClient, close, [Symbol.asyncDispose]: close };
+  return await connect(kind, port, { tlsCa: ca });
 }
