@@ -143,13 +143,26 @@ export class CliRedis implements AsyncDisposable {
   }
 
   /**
+   * Why server `index` failed its latest request, as an operator reads it
+   * (refused, authentication failed, unknown host, TLS expected, …).
+   *
+   * @param index The server's index, in the order of the URLs.
+   * @returns The cause, or undefined when it has not failed.
+   */
+  causeOf(index: number): string | undefined {
+    const s = this.#servers[index];
+    if (s === undefined) return undefined;
+    return s.client.isReady ? this.#failed.get(index) : s.cause ?? this.#failed.get(index);
+  }
+
+  /**
    * The servers that failed, each with its cause, for a "too few servers" line.
    *
    * @returns e.g. `redis://h1:6379: connection refused; redis://h2:6379: …`.
    */
   failures(): string {
     const list = this.#servers.flatMap((s, i) => {
-      const cause = s.client.isReady ? this.#failed.get(i) : s.cause ?? this.#failed.get(i);
+      const cause = this.causeOf(i);
       return cause === undefined ? [] : [`${s.name}: ${cause}`];
     });
     return list.length > 0 ? list.join("; ") : "no server failed a request";

@@ -101,7 +101,14 @@ function toJson(status: NameStatus, urls: readonly string[]): string {
  */
 export async function status(args: CliArgs, log: Log): Promise<number> {
   await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
-  const statuses = await Promise.all(args.names.map((name) => readStatus(redis.redlock, name)));
+  const read = await Promise.all(args.names.map((name) => readStatus(redis.redlock, name)));
+  // A server that failed is named by its cause, not by the client's message.
+  const statuses = read.map((status) => ({
+    ...status,
+    servers: status.servers.map((view) =>
+      view.error === undefined ? view : { ...view, error: redis.causeOf(view.server) ?? view.error }
+    ),
+  }));
   for (const status of statuses) {
     if (args.json) {
       console.log(toJson(status, args.redis));
