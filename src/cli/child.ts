@@ -57,6 +57,25 @@ function executable(path: string): boolean | undefined {
 }
 
 /**
+ * The exit status when `program` cannot be run (logged in one line), before
+ * any lock is taken; undefined when it can.
+ *
+ * @param program A path (with a slash) or a name to look up.
+ * @param log Where the line goes.
+ * @returns 127 or 126, or undefined.
+ */
+export function unrunnable(program: string, log: (line: string) => void): number | undefined {
+  try {
+    checkProgram(program);
+    return undefined;
+  } catch (error) {
+    if (!(error instanceof SpawnError)) throw error;
+    log(error.message);
+    return error.status;
+  }
+}
+
+/**
  * Checks that `program` can be run, as a shell looks it up in `PATH`.
  *
  * @param program A path (with a slash) or a name to look up.

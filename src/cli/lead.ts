@@ -9,7 +9,7 @@ import { ExecutionError, LockLostError } from "../api/errors.ts";
 import { onAbort } from "../util/abort.ts";
 import { delay } from "../util/delay.ts";
 import type { CliArgs } from "./args.ts";
-import { checkProgram, Child, SignalTrap, type SpawnError } from "./child.ts";
+import { Child, SignalTrap, unrunnable } from "./child.ts";
 import { CliRedis, type Log } from "./redis.ts";
 import { threshold } from "./run.ts";
 import { EXIT } from "./usage.ts";
@@ -133,12 +133,8 @@ export async function lead(args: CliArgs, log: Log): Promise<number> {
     state.received = signal;
     shutdown.abort(signal);
   });
-  try {
-    checkProgram(args.command[0]!);
-  } catch (error) {
-    log((error as SpawnError).message);
-    return (error as SpawnError).status;
-  }
+  const cannot = unrunnable(args.command[0]!, log);
+  if (cannot !== undefined) return cannot;
   await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   redis.logErrors(log);
   let failure: unknown;

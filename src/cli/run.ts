@@ -8,7 +8,7 @@
 import { ExecutionError, LockLostError, ResourceLockedError } from "../api/errors.ts";
 import { onAbort } from "../util/abort.ts";
 import type { CliArgs } from "./args.ts";
-import { checkProgram, Child, SIGNAL_NUMBERS, SignalTrap, SpawnError } from "./child.ts";
+import { Child, SIGNAL_NUMBERS, SignalTrap, SpawnError, unrunnable } from "./child.ts";
 import { CliRedis, type Log } from "./redis.ts";
 import { EXIT } from "./usage.ts";
 
@@ -105,12 +105,8 @@ export async function run(args: CliArgs, log: Log): Promise<number> {
     lost: false,
   };
   using _trap = new SignalTrap((signal) => onSignal(state, early, signal));
-  try {
-    checkProgram(args.command[0]!);
-  } catch (error) {
-    log((error as SpawnError).message);
-    return (error as SpawnError).status;
-  }
+  const cannot = unrunnable(args.command[0]!, log);
+  if (cannot !== undefined) return cannot;
   await using redis = await CliRedis.connect(args.redis, args.lease, args.tlsCa);
   redis.logErrors(log);
   const wait = args.wait === 0 ? { retryCount: 0 } : { retryCount: -1, timeout: args.wait };
