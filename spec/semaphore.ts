@@ -7,7 +7,7 @@
  * must break its invariant. Exits 1 when an invariant is violated, a reply
  * differs or a mutant is not caught.
  *
- * `deno run -A spec/semaphore.ts [--samples N] [--traces N] [--seed N]
+ * `deno run -A spec/semaphore.ts [--samples N] [--traces N] [--calm N] [--seed N]
  * [--keep DIR] [--replay DIR] [--mutants [NAME…]]`
  *
  * @module
@@ -33,13 +33,22 @@ export const SEMAPHORE_SAFETY: readonly string[] = ["PermitBound", "NoForeignWri
 export const SEMAPHORE_STEPS = 100;
 /** Steps per replayed run: shorter, so that many traces are replayed. */
 export const SEMAPHORE_TRACE_STEPS = 40;
+/** Steps per calm run (bounded progress). */
+export const SEMAPHORE_CALM_STEPS = 300;
 
 /** How many runs of each kind {@linkcode semaphoreSpec} makes. */
 export interface SemaphoreSpecOptions {
-  /** Safety runs with every fault, and as many with greedy holders. @default {40} */
+  /**
+   * Safety runs with every fault (their traces replayed too), and as many
+   * with greedy holders.
+   *
+   * @default {40}
+   */
   readonly samples?: number;
-  /** Short runs whose traces are replayed. @default {100} */
+  /** Short runs whose traces are replayed besides. @default {60} */
   readonly traces?: number;
+  /** Calm runs (bounded progress). @default {16} */
+  readonly calm?: number;
   /** @default {1} */
   readonly seed?: number;
   /** Keeps the traces in this directory (else a temporary one, removed). */
@@ -58,7 +67,12 @@ function line(name: string, samples: number, steps: number, result: RunResult): 
 async function readTraces(dir: string): Promise<Map<string, SemTrace>> {
   const names = [];
   for await (const entry of Deno.readDir(dir)) names.push(entry.name);
-  names.sort((a, b) => Number(a.replace(/\D/g, "")) - Number(b.replace(/\D/g, "")));
+  const order = (name: string) =>
+    [name.replace(/\d/g, ""), Number(name.replace(/\D/g, ""))] as const;
+  names.sort((a, b) => {
+    const [x, y] = [order(a), order(b)];
+    return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : x[1] - y[1];
+  });
   const traces = new Map<string, SemTrace>();
   for (const name of names) {
     traces.set(name, readSemTrace(await Deno.readTextFile(`${dir}/${name}`)));
@@ -86,7 +100,8 @@ async function replayDir(dir: string, least: number): Promise<boolean> {
 /**
  * Simulates the semaphore model and replays its traces: safety runs with
  * every fault, runs whose holders keep their permits to the end of their
- * validity, and short runs whose traces are replayed against real servers.
+ * validity, short runs, then calm runs for bounded progress; the traces of
+ * the safety and short runs are replayed against real servers.
  * Prints one line per invariant and run.
  *
  * @param options The budget and seed.
@@ -96,16 +111,23 @@ async function replayDir(dir: string, least: number): Promise<boolean> {
  * @example From another driver
  * ```ts no-eval
  * import { semaphoreSpec } from "./semaphore.ts";
- * const passed = await semaphoreSpec({ samples: 40, traces: 100 });
+ * const passed = await semaphoreSpec({ samples: 40, traces: 60 });
  * ```
  */
 export async function semaphoreSpec(options: SemaphoreSpecOptions = {}): Promise<boolean> {
-  const { samples = 40, traces = 100, seed = 1 } = options;
+  const { samples = 40, traces = 60, calm = 16, seed = 1 } = options;
   const dir = options.keep ?? await Deno.makeTempDir({ prefix: "redlock-semaphore-" });
   const invariants = SEMAPHORE_SAFETY;
   const base = { model: SEMAPHORE_MODEL, main: "correct", invariants, seed };
   try {
-    const safety = await quintRun({ ...base, samples, steps: SEMAPHORE_STEPS });
+    // the safety runs' traces are replayed too: theirs are long enough for restarts and leaves
+    const safety = await quintRun({
+      ...base,
+      samples,
+      steps: SEMAPHORE_STEPS,
+      outItf: `${dir}/long_{seq}.itf.json`,
+      traces: samples,
+    });
     for (const name of invariants) console.log(line(name, samples, SEMAPHORE_STEPS, safety));
     const greedy = await quintRun({
       ...base,
@@ -122,9 +144,18 @@ export async function semaphoreSpec(options: SemaphoreSpecOptions = {}): Promise
       traces,
     });
     console.log(line("Safety (traces)", traces, SEMAPHORE_TRACE_STEPS, short));
-    const runs = [safety, greedy, short];
+    const progress = await quintRun({
+      ...base,
+      invariants: ["Progress"],
+      init: "initCalm",
+      step: "calmStep",
+      samples: calm,
+      steps: SEMAPHORE_CALM_STEPS,
+    });
+    console.log(line("Progress", calm, SEMAPHORE_CALM_STEPS, progress));
+    const runs = [safety, greedy, short, progress];
     for (const run of runs) if (run.violated) console.log(run.output);
-    const replayed = await replayDir(dir, traces);
+    const replayed = await replayDir(dir, traces + samples);
     return runs.every((run) => !run.violated) && replayed;
   } finally {
     if (!options.keep) await Deno.remove(dir, { recursive: true });
@@ -227,6 +258,7 @@ async function main(): Promise<number> {
     options: {
       samples: { type: "string" },
       traces: { type: "string" },
+      calm: { type: "string" },
       seed: { type: "string" },
       keep: { type: "string" },
       replay: { type: "string" },
@@ -242,7 +274,8 @@ async function main(): Promise<number> {
   }
   const passed = await semaphoreSpec({
     samples: Number(values.samples ?? 40),
-    traces: Number(values.traces ?? 100),
+    traces: Number(values.traces ?? 60),
+    calm: Number(values.calm ?? 16),
     seed: Number(values.seed ?? 1),
     ...(values.keep ? { keep: values.keep } : {}),
   });

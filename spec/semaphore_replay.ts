@@ -184,7 +184,7 @@ async function send(
     const message = error instanceof Error ? error.message : String(error);
     if (/^-?NOSCRIPT/.test(message)) return { reply: { reply: [NOSCRIPT], array: false }, command };
     // RELEASE of no key at all: `EXISTS` without a key fails the script
-    if (/wrong number of arguments for 'exists'/.test(message)) {
+    if (/Wrong number of args calling Redis command from script/i.test(message)) {
       return { reply: { reply: [SCRIPT_ERROR], array: false }, command };
     }
     return { reply: message, command };
