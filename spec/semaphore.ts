@@ -55,13 +55,22 @@ export interface SemaphoreSpecOptions {
   readonly keep?: string;
 }
 
-function line(name: string, samples: number, steps: number, result: RunResult): string {
-  const verdict = result.violated && (result.which.includes(name) || result.which.length === 0)
-    ? "VIOLATED"
-    : "ok";
-  return `${name.padEnd(17)} samples ${samples}, steps ${steps} each: ${verdict} (${
-    result.seconds.toFixed(0)
-  } s)`;
+/**
+ * One line for a run: `invariant` when the line is about one of the run's
+ * invariants, else the run as a whole.
+ */
+function line(
+  label: string,
+  samples: number,
+  steps: number,
+  result: RunResult,
+  invariant?: string,
+): string {
+  const broken = result.violated &&
+    (invariant === undefined || result.which.length === 0 || result.which.includes(invariant));
+  return `${label.padEnd(20)} samples ${samples}, steps ${steps} each: ${
+    broken ? "VIOLATED" : "ok"
+  } (${result.seconds.toFixed(0)} s)`;
 }
 
 async function readTraces(dir: string): Promise<Map<string, SemTrace>> {
@@ -90,7 +99,7 @@ async function replayDir(dir: string, least: number): Promise<boolean> {
     ? "all replies equal"
     : `${report.mismatches.length} trace(s) with a different reply`;
   console.log(
-    `semaphore replay  ${report.traces} traces, ${report.steps} server steps against ` +
+    `semaphore replay     ${report.traces} traces, ${report.steps} server steps against ` +
       `redis-server: ${verdict} (${seconds} s)`,
   );
   report.mismatches.slice(0, 20).forEach((m) => console.log(`  ${showSemMismatch(m)}`));
@@ -128,14 +137,16 @@ export async function semaphoreSpec(options: SemaphoreSpecOptions = {}): Promise
       outItf: `${dir}/long_{seq}.itf.json`,
       traces: samples,
     });
-    for (const name of invariants) console.log(line(name, samples, SEMAPHORE_STEPS, safety));
+    for (const name of invariants) {
+      console.log(line(name, samples, SEMAPHORE_STEPS, safety, name));
+    }
     const greedy = await quintRun({
       ...base,
       step: "stepGreedy",
       samples,
       steps: SEMAPHORE_STEPS,
     });
-    console.log(line("PermitBound (greedy)", samples, SEMAPHORE_STEPS, greedy));
+    console.log(line("Safety (greedy)", samples, SEMAPHORE_STEPS, greedy));
     const short = await quintRun({
       ...base,
       samples: traces,
