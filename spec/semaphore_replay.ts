@@ -48,7 +48,7 @@ const SCRIPTS: Readonly<Record<string, LuaScript>> = {
 
 /** A request of the semaphore model (its `Req`), the fields a server reads. */
 export interface SemRequest {
-  readonly op: "sem-acquire" | "sem-leave" | "sem-extend" | "release";
+  readonly op: "setnx" | "sem-acquire" | "sem-leave" | "sem-extend" | "release";
   readonly value: ModelValue;
   readonly k: number;
   readonly want: readonly number[];
@@ -173,6 +173,21 @@ async function send(
   redis: Redis,
   req: SemRequest,
 ): Promise<{ reply: SemReply | string; command: string }> {
+  if (req.op === "setnx") {
+    const args = [
+      slotKey(SEMAPHORE, req.slots[0]!),
+      wireValue(req.value),
+      "PX",
+      String(LEASE),
+      "NX",
+    ];
+    const set = await redis.call("SET", ...args);
+    const reply = set === "OK" ? 1 : set === null ? 0 : undefined;
+    return {
+      reply: reply === undefined ? String(set) : { reply: [reply], array: false },
+      command: `SET ${args.join(" ")}`,
+    };
+  }
   const { script, call } = semScriptCall(req);
   const how = req.eval ? "EVAL" : "EVALSHA";
   const command = `${how} ${script.name} KEYS ${call.keys.join(" ")} ARGV ${call.args.join(" ")}`;
