@@ -118,10 +118,13 @@ export async function runReadWrite(options: ReadWriteOptions = {}): Promise<bool
   }
 }
 
+/** Steps per mutant run. */
+export const RW_MUTANT_STEPS = 120;
+
 /**
  * The read-write model's mutants (modules of spec/read_write_mutants.qnt),
  * each a rule taken away, with the invariant that must catch it and a
- * budget that does on this model.
+ * budget that does on this model ({@linkcode RW_MUTANT_STEPS} steps a run).
  */
 export const RW_MUTANTS: readonly Mutant[] = [
   {
@@ -170,7 +173,7 @@ async function runMutant(mutant: Mutant): Promise<boolean> {
       main: mutant.main,
       invariants: [mutant.invariant],
       samples: mutant.samples,
-      steps: RW_SAFETY_STEPS,
+      steps: RW_MUTANT_STEPS,
       seed: mutant.seed,
       outItf: `${dir}/trace_{seq}.itf.json`,
     });
@@ -179,7 +182,7 @@ async function runMutant(mutant: Mutant): Promise<boolean> {
     if (!caught) {
       console.log(
         `${mutant.main.padEnd(24)} NOT CAUGHT in ${mutant.samples} samples of ` +
-          `${RW_SAFETY_STEPS} steps (${took}) — ${mutant.fault}`,
+          `${RW_MUTANT_STEPS} steps (${took}) — ${mutant.fault}`,
       );
       return false;
     }
