@@ -32,7 +32,7 @@ export const RW_TRACE_STEPS = 40;
 
 /** What {@linkcode runReadWrite} runs. */
 export interface ReadWriteOptions {
-  /** Safety runs of {@linkcode RW_SAFETY_STEPS} steps. @default {40} */
+  /** Safety runs of {@linkcode RW_SAFETY_STEPS} steps. @default {60} */
   readonly samples?: number;
   /** Runs of {@linkcode RW_TRACE_STEPS} steps whose traces are replayed. @default {120} */
   readonly traces?: number;
@@ -91,11 +91,11 @@ async function replayDir(dir: string, least: number): Promise<boolean> {
  * @example From spec/spec.ts
  * ```ts no-eval
  * import { runReadWrite } from "./read_write.ts";
- * const ok = await runReadWrite({ samples: 40, traces: 120 });
+ * const ok = await runReadWrite({ samples: 60, traces: 120 });
  * ```
  */
 export async function runReadWrite(options: ReadWriteOptions = {}): Promise<boolean> {
-  const { samples = 40, traces = 120, seed = 1 } = options;
+  const { samples = 60, traces = 120, seed = 1 } = options;
   const dir = options.keep ?? await Deno.makeTempDir({ prefix: "redlock-rw-spec-" });
   if (options.keep) await Deno.mkdir(dir, { recursive: true });
   try {
