@@ -121,12 +121,18 @@ export async function runReadWrite(options: ReadWriteOptions = {}): Promise<bool
 /** Steps per mutant run. */
 export const RW_MUTANT_STEPS = 120;
 
+/** A read-write mutant: a {@linkcode Mutant} whose runs may start from their own init. */
+export interface RwMutant extends Mutant {
+  /** The init action, when not `init`. */
+  readonly init?: string;
+}
+
 /**
  * The read-write model's mutants (modules of spec/read_write_mutants.qnt),
  * each a rule taken away, with the invariant that must catch it and a
  * budget that does on this model ({@linkcode RW_MUTANT_STEPS} steps a run).
  */
-export const RW_MUTANTS: readonly Mutant[] = [
+export const RW_MUTANTS: readonly RwMutant[] = [
   {
     main: "rw_read_ignores_writer",
     fault: "RW_READ lets a reader join while a writer holds the lock",
@@ -159,19 +165,23 @@ export const RW_MUTANTS: readonly Mutant[] = [
     main: "rw_no_drift",
     fault: "no drift allowance in a read-write lock's validity",
     invariant: "WriterAlone",
+    // every clock slow: where a validity without the allowance outlasts the keys
+    init: "initSlow",
     samples: 60,
     seed: 1,
   },
 ];
 
 /** Runs one mutant; prints its line and returns whether its invariant caught it. */
-async function runMutant(mutant: Mutant): Promise<boolean> {
+async function runMutant(mutant: RwMutant): Promise<boolean> {
   const dir = await Deno.makeTempDir({ prefix: "redlock-rw-mutant-" });
   try {
     const result = await quintRun({
       model: RW_MODEL,
       main: mutant.main,
       invariants: [mutant.invariant],
+      ...(mutant.init ? { init: mutant.init } : {}),
+      ...(mutant.step ? { step: mutant.step } : {}),
       samples: mutant.samples,
       steps: RW_MUTANT_STEPS,
       seed: mutant.seed,
