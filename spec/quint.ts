@@ -66,7 +66,7 @@ async function exists(path: string): Promise<boolean> {
 
 /** One `quint run` of the model. */
 export interface RunOptions {
-  /** The model's entry file. @default {MODEL} */
+  /** The entry file. @default {MODEL} */
   readonly model?: string;
   /** The module: `correct` or a mutant's. */
   readonly main: string;

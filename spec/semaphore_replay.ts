@@ -11,8 +11,7 @@
  * @module
  */
 
-import { Redis } from "ioredis";
-import { startClockedServers } from "../scripts/redis.ts";
+import type { Redis } from "ioredis";
 import { type LuaScript, RELEASE, releaseCall, type ScriptCall } from "../src/protocol/scripts.ts";
 import {
   SEM_ACQUIRE,
@@ -24,7 +23,7 @@ import {
   slotKey,
 } from "../src/protocol/semaphore_script.ts";
 import { decode, type ModelValue, type Plain } from "./itf.ts";
-import { NOSCRIPT, wireValue } from "./replay.ts";
+import { NOSCRIPT, type Rig, rig, wireValue } from "./replay.ts";
 
 /** The semaphore every trace takes permits of. */
 export const SEMAPHORE = "S";
@@ -235,27 +234,6 @@ export interface SemReplayReport {
   /** Server steps replayed (commands, restarts). */
   readonly steps: number;
   readonly mismatches: readonly SemMismatch[];
-}
-
-/** Servers with frozen clocks, and a connection to each. */
-interface Rig extends AsyncDisposable {
-  readonly clients: Redis[];
-  freeze(s: number, ms: number): Promise<void>;
-}
-
-async function rig(count: number): Promise<Rig> {
-  const { servers, clocks } = await startClockedServers(count);
-  const clients = servers.servers.map((server) =>
-    new Redis({ host: "127.0.0.1", port: server.port, maxRetriesPerRequest: 1 })
-  );
-  return {
-    clients,
-    freeze: (s, ms) => Deno.writeTextFile(clocks[s]!.file, `+${(ms / 1000).toFixed(3)} x0\n`),
-    async [Symbol.asyncDispose]() {
-      clients.forEach((c) => c.disconnect());
-      await servers[Symbol.asyncDispose]();
-    },
-  };
 }
 
 /** Replays one trace from `base` ms of server time; the first mismatch ends it. */
