@@ -393,3 +393,33 @@ Deno.test("a permit's server that answers after the quorum is released only if i
   await other.release();
   await redlock[Symbol.asyncDispose]();
 });
+
+Deno.test("a server whose refusal comes after the grant is taken out of its wait queue", async () => {
+  await using servers = await startServers(3);
+  // Server 2 answers 300 ms late, past the request timeout.
+  await using proxy = await FaultProxy.start(servers.ports[2]!);
+  await using direct = await connect("ioredis", servers.ports[0]!);
+  await using second = await connect("ioredis", servers.ports[1]!);
+  await using late = await connect("ioredis", proxy.port);
+  await using redlock = new Redlock([direct.client, second.client, late.client], {
+    requestTimeout: 100,
+    retryDelay: 2_000,
+  });
+  const slow = servers.servers[2]!;
+  // The servers learn the scripts first (a NOSCRIPT round trip would come late too).
+  await (await redlock.semaphore("warm", { permits: 2 }).acquire(5_000)).release();
+  // Servers 0 and 1 offer different slots; server 2, full, refuses too late to be seen, and queues.
+  await hold(servers.servers[0]!, "{late}:sem:0", "another", 10_000);
+  await hold(slow, "{late}:sem:0", "another", 10_000);
+  await hold(slow, "{late}:sem:1", "another", 10_000);
+  proxy.delay(300, { direction: Direction.ToClient });
+  const permit = await redlock.semaphore("late", { permits: 2 }).acquire(5_000);
+  assert.deepEqual(permit.resources, ["{late}:sem:1"], "granted by servers 0 and 1");
+  // The value leaves server 2's queue once its refusals come back, long before it would expire.
+  const end = performance.now() + 1_500;
+  while (await integer(slow, "ZCARD", "{late}:sem:queue") > 0 && performance.now() < end) {
+    await sleep(25);
+  }
+  assert.equal(await integer(slow, "ZCARD", "{late}:sem:queue"), 0, "out of the queue");
+  await permit.release();
+});

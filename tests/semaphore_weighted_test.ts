@@ -254,3 +254,18 @@ function cutOff(): { client: RedisClient; close(): void } {
   client.on("error", () => {});
   return { client, close: () => client.disconnect() };
 }
+
+Deno.test("acquire() of every permit with one server refusing sends no empty RELEASE and no error event", async () => {
+  await using env = await setup("ioredis", 3);
+  await using redlock = new Redlock(env.clients, { retryCount: 0 });
+  const errors: unknown[] = [];
+  redlock.on("error", (event) => errors.push(event));
+  const sem = redlock.semaphore("all", { permits: 2 });
+  await hold(env.servers.servers[2]!, "{all}:sem:0", "someone-else", 5_000);
+  const permit = await sem.acquire(5_000, { permits: 2 });
+  assert.equal(new Set(permit.resources).size, 2);
+  await sleep(200);
+  assert.deepEqual(errors, [], "no server was sent a RELEASE without keys");
+  await permit.release();
+  assert.deepEqual(errors, []);
+});

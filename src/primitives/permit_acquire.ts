@@ -32,6 +32,9 @@ import { describeValue } from "../util/validate.ts";
 /** The most permits whose acquires wait for a release notification (each slot is a channel). */
 const NOTIFIED_PERMITS = 64;
 
+/** A send with nothing to send. */
+const settled: Send = () => Promise.resolve();
+
 /** The semaphore an acquire is for: its name and number of permits. */
 export interface SemaphoreShape {
   readonly name: string;
@@ -135,8 +138,12 @@ export class PermitAcquire implements Contender {
   readonly #ids = new Map<string, number>();
   /** ms a queued value stays alive without another attempt. */
   #aliveFor = 0;
-  /** Whether a server may have queued the value (it refused, or its request failed). */
-  #queued = false;
+  /**
+   * Per server, its latest SEM_ACQUIRE and whether the value may wait in its
+   * queue: until that request's grant comes back (also when it times out).
+   */
+  readonly #queue = new Map<Member, { latest: number; queued: boolean }>();
+  #sent = 0;
 
   constructor(
     semaphore: SemaphoreShape,
@@ -281,9 +288,10 @@ export class PermitAcquire implements Contender {
       await servers.everyAnswer(servers.members, this.#releaser(-1, true), this.#timeout);
       return;
     }
-    const left = !this.#queued
+    const queuedOn = servers.members.filter((m) => this.#queuedOn(m));
+    const left = queuedOn.length === 0
       ? undefined
-      : servers.everyAnswer(servers.members, this.#leaver(), this.#timeout);
+      : servers.everyAnswer(queuedOn, this.#leaver(), this.#timeout);
     await Promise.all([within(last.undone, this.#timeout), left]);
   }
 
@@ -347,18 +355,24 @@ export class PermitAcquire implements Contender {
       ...options,
     });
     const queues = this.#ticket !== "";
-    return (m: Member) =>
-      m.runner.evalScript(SEM_ACQUIRE, call.keys, call.args).then((reply) => {
-        if (Array.isArray(reply)) return this.#idOf(reply, m.index);
+    return (m: Member) => {
+      const sent = ++this.#sent;
+      if (queues) this.#queue.set(m, { latest: sent, queued: true });
+      return m.runner.evalScript(SEM_ACQUIRE, call.keys, call.args).then((reply) => {
         if (typeof reply === "number" && reply <= MISMATCH) {
           throw new PermitsMismatchError(name, permits, MISMATCH - reply, m.index);
         }
-        if (queues && typeof reply === "number" && reply < 0) this.#queued = true;
-        return reply;
-      }, (error) => {
-        if (queues) this.#queued = true;
-        throw error;
+        // A grant takes the value out of the queue; a refusal leaves it in.
+        const entry = this.#queue.get(m);
+        if (entry?.latest === sent) entry.queued = typeof reply === "number" && reply < 0;
+        return Array.isArray(reply) ? this.#idOf(reply, m.index) : reply;
       });
+    };
+  }
+
+  /** Whether the value may wait in `member`'s queue. */
+  #queuedOn(member: Member): boolean {
+    return this.#queue.get(member)?.queued === true;
   }
 
   /** Throws the mismatch a server told of, having released what the round took. */
@@ -386,13 +400,18 @@ export class PermitAcquire implements Contender {
     const kept = keep === -1 ? [] : this.#slotsOf(keep);
     const slots = [];
     for (let i = 0; i < permits; i++) if (!kept.includes(i)) slots.push(slotKey(name, i));
-    const release = this.#servers.sender(
+    // Keeping every slot (a grant of all permits) leaves nothing to release:
+    // RELEASE with no keys is an error on the server.
+    const release = slots.length === 0 ? undefined : this.#servers.sender(
       RELEASE,
       releaseCall(slots, this.#request.value, { reservation: 0 }),
     );
-    if (!leave || !this.#queued) return release;
-    const left = this.#leaver();
-    return (m: Member) => Promise.all([release(m), left(m)]);
+    const left = leave ? this.#leaver() : undefined;
+    if (left === undefined) return release ?? settled;
+    return (m: Member) => {
+      if (!this.#queuedOn(m)) return release?.(m) ?? Promise.resolve();
+      return release === undefined ? left(m) : Promise.all([release(m), left(m)]);
+    };
   }
 
   /** SEM_LEAVE: out of the wait queue. */
