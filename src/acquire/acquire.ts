@@ -12,7 +12,7 @@ import type { LockContext } from "../api/lock_context.ts";
 import type { Lock } from "../api/lock.ts";
 import { ACQUIRE, acquireCall, NO_SEAT } from "../protocol/scripts.ts";
 import { Acquisition } from "./acquisition.ts";
-import { holderTtl, setNxVote } from "./fast_path.ts";
+import { setNxVote } from "./fast_path.ts";
 import { abandon, type AcquireRequest, newLock, queueable, takesBySet, terms } from "./request.ts";
 import { deadline } from "../util/delay.ts";
 import { now, validUntil } from "../util/time.ts";
@@ -62,7 +62,7 @@ export function acquire(context: LockContext, request: AcquireRequest): Promise<
   const { servers } = context;
   const start = now();
   const plain = takesBySet(servers, request)
-    ? setNxVote(keys[0]!, request.value, duration, holderTtl(keys[0]!))
+    ? setNxVote(keys[0]!, request.value, duration)
     : undefined;
   const send = plain?.send ??
     servers.sender(ACQUIRE, acquireCall(keys, request.value, terms(request, NO_SEAT)));

@@ -22,7 +22,7 @@ import type { Listening, Sleeper } from "../wait/waiters.ts";
 import type { Member, Tally } from "../quorum/round.ts";
 import { Conflict, VotesAgainst } from "../quorum/votes.ts";
 import { AttemptLog } from "./attempts.ts";
-import { holderTtl, setNx } from "./fast_path.ts";
+import { setNx } from "./fast_path.ts";
 import { markHandedOver } from "./handover.ts";
 import { listeningOf, type Phase } from "./phase.ts";
 import { QueueSeat } from "./queue_seat.ts";
@@ -478,7 +478,7 @@ export class Acquisition implements Sleeper {
     const { keys, value, duration } = this.#request;
     const phase = this.#phase;
     if (phase.kind === "trying" && phase.setNx) {
-      return setNx(keys[0]!, value, duration, holderTtl(keys[0]!));
+      return setNx(keys[0]!, value, duration);
     }
     const seat = phase.kind === "queued"
       ? phase.seat

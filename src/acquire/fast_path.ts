@@ -88,14 +88,15 @@ const unknownTtl: Held = (m) => new Conflict(m.index, -1);
 
 /**
  * Votes by `SET key value PX ms NX`: for (0) when the key was set, else
- * what `held` makes of the refusal. Apart as `send` and `judge` for a round
- * that reads the replies in place.
+ * what `held` makes of the refusal (by default a conflict with the holder's
+ * TTL, asked by {@linkcode holderTtl}). Apart as `send` and `judge` for a
+ * round that reads the replies in place.
  */
 export function setNxVote(
   key: string,
   value: string,
   ms: number,
-  held: Held,
+  held?: Held,
 ): { send: Send; judge: Judge } {
   return {
     send: (m) => m.runner.setIfAbsent!(key, value, ms),
@@ -103,22 +104,23 @@ export function setNxVote(
       if (typeof set !== "boolean") {
         throw new TypeError(`server ${m.index} sent an unexpected reply: ${describeValue(set)}`);
       }
-      return set ? 0 : held(m);
+      return set ? 0 : held === undefined ? holderTtl(key, m) : held(m);
     },
   };
 }
 
 /** {@linkcode setNxVote} as one request that resolves to the vote. */
-export function setNx(key: string, value: string, ms: number, held: Held): Send {
+export function setNx(key: string, value: string, ms: number, held?: Held): Send {
   const { send, judge } = setNxVote(key, value, ms, held);
   return (m) => send(m).then((set) => judge(set, m));
 }
 
 /**
- * A refusal of an acquire's `SET NX` as a conflict with the holder's TTL,
- * asked by PTTL. The PTTL is only read; nothing is written after a SET, so
- * a release sent on the same connection behind it still lands last.
+ * A refusal of an acquire's `SET NX` on `m` as a conflict with the
+ * holder's TTL, asked by PTTL. The PTTL is only read; nothing is written
+ * after a SET, so a release sent on the same connection behind it still
+ * lands last.
  */
-export function holderTtl(key: string): Held {
-  return (m) => m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
+export function holderTtl(key: string, m: Member): Promise<Vote> {
+  return m.runner.pttl!(key).then((ttl) => new Conflict(m.index, toNumber(ttl, m.index)));
 }

@@ -197,8 +197,9 @@ export function ioredisClient(client: IoredisLike): ScriptClient {
   return withFallback(
     client,
     c.isCluster === true,
-    (s, keys, args) => c.evalsha(s.sha1, keys.length, ...keys, ...args),
-    (s, keys, args) => c.eval(s.source, keys.length, ...keys, ...args),
+    // Keys and arguments as arrays: ioredis flattens a command's arguments anyway.
+    (s, keys, args) => c.evalsha(s.sha1, keys.length, keys, args),
+    (s, keys, args) => c.eval(s.source, keys.length, keys, args),
     typeof set === "function" && typeof pttl === "function"
       ? {
         setIfAbsent: (key, value, ms) => set.call(c, key, value, "PX", ms, "NX").then(wasSet),

@@ -327,9 +327,12 @@ export function releaseCall(
   terms: ReleaseTerms,
 ): ScriptCall {
   const { mode = RELEASE_MODE.release, ticket } = terms;
-  const keys = resources.length === 1
-    ? [resources[0]!, queueKey(resources[0]!)]
-    : [...resources, ...resources.map(queueKey)];
+  const n = resources.length;
+  const keys = new Array<string>(2 * n);
+  for (let i = 0; i < n; i++) {
+    keys[i] = resources[i]!;
+    keys[n + i] = queueKey(resources[i]!);
+  }
   const args = [value, RESERVATION_ARG.of(terms.reservation)];
   if (mode !== RELEASE_MODE.release) args.push(mode);
   if (mode === RELEASE_MODE.giveWay) {
