@@ -46,6 +46,7 @@ export interface Scenario {
 export const SCENARIOS: readonly Scenario[] = [
   { init: "initLateAnswer", step: "stepNoFaults", steps: 40, samples: 50 },
   { init: "initLateRound", step: "stepNoFaults", steps: 40, samples: 50 },
+  { init: "initSlowHolder", step: "stepNoFaults", steps: 40, samples: 50 },
   { init: "initBareMajority", step: "stepRestarts", steps: 40, samples: 100 },
 ];
 
