@@ -66,6 +66,8 @@ async function exists(path: string): Promise<boolean> {
 
 /** One `quint run` of the model. */
 export interface RunOptions {
+  /** The entry file. @default {MODEL} */
+  readonly model?: string;
   /** The module: `correct` or a mutant's. */
   readonly main: string;
   /** The invariants, checked together. */
@@ -104,6 +106,7 @@ export interface RunResult {
 export async function quintRun(options: RunOptions): Promise<RunResult> {
   const home = await quintHome();
   const {
+    model = MODEL,
     main,
     invariants,
     init = "init",
@@ -114,7 +117,7 @@ export async function quintRun(options: RunOptions): Promise<RunResult> {
   } = options;
   const args = [
     "run",
-    MODEL,
+    model,
     "--backend=typescript",
     `--main=${main}`,
     `--init=${init}`,

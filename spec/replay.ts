@@ -155,13 +155,20 @@ async function send(
 }
 
 /** Servers with frozen clocks, and a connection to each. */
-interface Rig extends AsyncDisposable {
+export interface Rig extends AsyncDisposable {
   readonly clients: Redis[];
   /** Freezes server `s`'s wall clock at `ms` past its start. */
   freeze(s: number, ms: number): Promise<void>;
 }
 
-async function rig(count: number): Promise<Rig> {
+/**
+ * Starts `count` servers on loopback with frozen clocks, and connects to each.
+ *
+ * @param count How many servers.
+ * @returns The servers' connections and clocks; disposing stops them.
+ * @throws {Error} When the servers cannot start (libfaketime missing).
+ */
+export async function rig(count: number): Promise<Rig> {
   const { servers, clocks } = await startClockedServers(count);
   const clients = servers.servers.map((server) =>
     new Redis({ host: "127.0.0.1", port: server.port, maxRetriesPerRequest: 1 })

@@ -3,7 +3,7 @@ import { Redlock } from "../mod.ts";
 import { command } from "../scripts/redis.ts";
 import { FaultProxy } from "../scripts/fault_proxy.ts";
 import { CliRedis, requestTimeoutFor } from "../src/cli/redis.ts";
-import { connectAll, type RedisServers, startServers } from "./_redis.ts";
+import { commandCalls, connectAll, integer, type RedisServers, startServers } from "./_redis.ts";
 import { cli, deadline, outcome, spawnCli, withTempDir } from "./_cli.ts";
 
 /** A loopback port nobody listens on: a connection to it is refused. */
@@ -218,4 +218,28 @@ Deno.test("cli lead gives up with 69 after 3 leases without a quorum, naming the
     assert.match(stderr, /no quorum of Redis servers for 3 s: giving up/);
     for (const port of ports) assert.match(stderr, new RegExp(`127\\.0\\.0\\.1:${port}`));
   }
+});
+
+Deno.test("cli run and lead exit 127 for a missing command and 126 for one not executable, sending nothing", async () => {
+  await using servers = await startServers(1);
+  await withTempDir(async (dir) => {
+    const plain = `${dir}/not-executable.sh`;
+    await Deno.writeTextFile(plain, "#!/bin/sh\nexit 0\n");
+    await Deno.chmod(plain, 0o644);
+    const cases: [string[], number, RegExp][] = [
+      [["run", "job", "--", "no-such-program-xyz"], 127, /no-such-program-xyz/],
+      [["lead", "job", "--", "no-such-program-xyz"], 127, /no-such-program-xyz/],
+      [["run", "job", "--", plain], 126, /not-executable\.sh/],
+      [["lead", "job", "--", plain], 126, /not-executable\.sh/],
+    ];
+    const before = await commandCalls(servers.servers[0]!, "set", "evalsha", "eval");
+    for (const [args, status, named] of cases) {
+      const { code, stderr } = await cli(servers, args);
+      assert.equal(code, status, `${args.join(" ")}: ${stderr}`);
+      assert.match(stderr, named);
+    }
+    const after = await commandCalls(servers.servers[0]!, "set", "evalsha", "eval");
+    assert.equal(after, before, "no lock command reached the server");
+    assert.equal(await integer(servers.servers[0]!, "DBSIZE"), 0);
+  });
 });
