@@ -11,6 +11,7 @@
 
 import { Redis } from "ioredis";
 import { startClockedServers } from "../scripts/redis.ts";
+import { ioredisClient } from "../src/clients/clients.ts";
 import {
   ACQUIRE,
   acquireCall,
@@ -121,18 +122,15 @@ async function send(
   req: ModelRequest,
 ): Promise<{ reply: number | string; command: string }> {
   if (req.op === "setnx") {
-    const args = [
-      RESOURCE,
-      wireValue(req.value),
-      "PX",
-      String(req.lease),
-      "NX",
-    ];
-    const reply = await redis.call("SET", ...args);
-    return {
-      reply: reply === "OK" ? 1 : reply === null ? 0 : String(reply),
-      command: `SET ${args.join(" ")}`,
-    };
+    // The lean path's own command: the ioredis adapter's setIfAbsent.
+    const value = wireValue(req.value);
+    const command = `setIfAbsent ${RESOURCE} ${value} ${req.lease} (SET PX NX)`;
+    try {
+      const set = await ioredisClient(redis).setIfAbsent!(RESOURCE, value, req.lease);
+      return { reply: set ? 1 : 0, command };
+    } catch (error) {
+      return { reply: error instanceof Error ? error.message : String(error), command };
+    }
   }
   const { script, call } = scriptCall(req);
   const how = req.eval ? "EVAL" : "EVALSHA";

@@ -24,6 +24,30 @@ export const SAFETY = [
   "FencingOrder",
   "NoForeignWrite",
   "NoOrphanAfterEnd",
+  "OneLeader",
+  "TermsIncrease",
+];
+
+/** A scenario of spec/redlock.qnt: a set-up world and the steps that go on from it. */
+export interface Scenario {
+  /** Its init action. */
+  readonly init: string;
+  /** Its step relation. */
+  readonly step: string;
+  readonly steps: number;
+  /** Runs of `correct`: those of the mutant that starts from it. */
+  readonly samples: number;
+}
+
+/**
+ * The scenarios the mutants start from (spec/mutants.ts); `correct` must
+ * find no violation from them within the same budget.
+ */
+export const SCENARIOS: readonly Scenario[] = [
+  { init: "initLateAnswer", step: "stepNoFaults", steps: 40, samples: 50 },
+  { init: "initLateRound", step: "stepNoFaults", steps: 40, samples: 50 },
+  { init: "initSlowHolder", step: "stepNoFaults", steps: 40, samples: 50 },
+  { init: "initBareMajority", step: "stepRestarts", steps: 40, samples: 100 },
 ];
 
 /** Steps per safety run. */
@@ -64,7 +88,8 @@ async function readTraces(dir: string): Promise<Map<string, Trace>> {
 
 /**
  * Simulates the model: the safety runs, the shorter runs whose traces are
- * written to `dir` (safety checked on them too), then the calm runs.
+ * written to `dir` (safety checked on them too), the calm runs, then the
+ * scenarios (safety again).
  */
 async function simulate(
   dir: string,
@@ -101,8 +126,14 @@ async function simulate(
     seed,
   });
   console.log(line("Progress", calm, CALM_STEPS, progress));
-  for (const run of [safety, short, progress]) if (run.violated) console.log(run.output);
-  return !safety.violated && !short.violated && !progress.violated;
+  const runs = [safety, short, progress];
+  for (const scenario of SCENARIOS) {
+    const run = await quintRun({ main: "correct", invariants: SAFETY, ...scenario, seed });
+    console.log(line(scenario.init, scenario.samples, scenario.steps, run));
+    runs.push(run);
+  }
+  for (const run of runs) if (run.violated) console.log(run.output);
+  return runs.every((run) => !run.violated);
 }
 
 /** Replays the traces in `dir`; true when every reply was equal and `least` traces ran. */
