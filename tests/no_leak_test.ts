@@ -172,6 +172,45 @@ Deno.test("acquire() with fencing rejects with the reason when its signal aborts
   }
 });
 
+Deno.test("acquire() aborted during the fencing round also releases a server that answers the acquire late", async () => {
+  await using servers = await startServers(3);
+  // Server 2 answers 300 ms late: the acquire's round is won without it.
+  await using proxy = await FaultProxy.start(servers.ports[2]!);
+  const reals = [
+    new Redis({ host: "127.0.0.1", port: servers.ports[0]! }),
+    new Redis({ host: "127.0.0.1", port: servers.ports[1]! }),
+    new Redis({ host: "127.0.0.1", port: proxy.port }),
+  ];
+  try {
+    const warm = new Redlock(reals);
+    await (await warm.acquire("warm", 5_000, { fencing: true })).release();
+    await warm[Symbol.asyncDispose]();
+    proxy.delay(300, { direction: Direction.ToClient });
+    const controller = new AbortController();
+    const reason = new Error("stop during the fencing round");
+    const clients = reals.map((r, i) =>
+      new Watched(r, (n) => {
+        if (i === 0 && n === 2) controller.abort(reason);
+      })
+    );
+    const redlock = new Redlock(clients, { requestTimeout: 1_000 });
+    await assert.rejects(
+      redlock.acquire("late-fenced", 60_000, { fencing: true, signal: controller.signal }),
+      (e) => e === reason,
+    );
+    // The late server's answer lands after the abort: its key is released then too.
+    const end = performance.now() + 2_000;
+    while (await servers.servers[2]!.command("EXISTS", "late-fenced") !== ":0\r\n") {
+      if (performance.now() > end) break;
+      await sleep(25);
+    }
+    await onEveryServer(servers, "late-fenced", null);
+    await redlock[Symbol.asyncDispose]();
+  } finally {
+    for (const r of reals) r.disconnect();
+  }
+});
+
 Deno.test("using() whose signal aborts after the acquire releases, rejects with the reason and never starts the routine", async () => {
   await using env = await setup("ioredis", 3);
   const redlock = new Redlock(env.clients);
