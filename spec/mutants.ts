@@ -1,6 +1,7 @@
 /**
  * `deno task spec:mutants`: the model's teeth. Each mutant (a module of
- * spec/mutants.qnt) puts back a fault, a historical one or a rule taken
+ * spec/mutants.qnt, then those of the read-write and semaphore models)
+ * puts back a fault, a historical one or a rule taken
  * away, and must break its invariant within the budget; the run prints the
  * length of each counterexample and exits 1 unless every mutant is caught.
  *
@@ -9,6 +10,8 @@
 
 import { readTrace } from "./itf.ts";
 import { quintRun } from "./quint.ts";
+import { runReadWriteMutants } from "./read_write.ts";
+import { runSemaphoreMutants } from "./semaphore.ts";
 import { CALM_STEPS, SAFETY, SAFETY_STEPS } from "./spec.ts";
 
 /** A mutant and where its counterexample is looked for. */
@@ -160,6 +163,8 @@ async function main(): Promise<number> {
       await Deno.remove(dir, { recursive: true });
     }
   }
+  missed += await runReadWriteMutants(only);
+  missed += await runSemaphoreMutants(only);
   console.log(
     missed === 0 ? "every mutant caught" : `${missed} mutant(s) not caught`,
   );

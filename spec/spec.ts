@@ -2,8 +2,9 @@
  * `deno task spec`: simulates the model (spec/redlock.qnt) with fixed seeds
  * and checks every invariant, one line each (samples, steps, result), then
  * replays the safety run's traces against real servers running the
- * project's scripts (spec/replay.ts). Exits 1 when an invariant is violated
- * or a reply differs.
+ * project's scripts (spec/replay.ts); then the read-write and semaphore
+ * models the same way (spec/read_write.ts, spec/semaphore.ts). Exits 1
+ * when an invariant is violated or a reply differs.
  *
  * Options: `--samples N` (safety runs, default 100), `--traces N` (shorter
  * runs of TRACE_STEPS steps whose traces are replayed, default 200),
@@ -17,6 +18,8 @@ import { parseArgs } from "node:util";
 import { readTrace, type Trace } from "./itf.ts";
 import { quintRun, type RunResult } from "./quint.ts";
 import { replay, showMismatch } from "./replay.ts";
+import { runReadWrite } from "./read_write.ts";
+import { semaphoreSpec } from "./semaphore.ts";
 
 /** The safety invariants, checked together on runs with every fault. */
 export const SAFETY = [
@@ -174,7 +177,10 @@ async function main(): Promise<number> {
   try {
     const simulated = await simulate(dir, samples, traces, calm, seed);
     const replayed = await replayDir(dir, traces);
-    return simulated && replayed ? 0 : 1;
+    // Read-write locks and semaphores: models of their own, replayed the same way.
+    const readWrite = await runReadWrite({ seed });
+    const semaphore = await semaphoreSpec({ seed });
+    return simulated && replayed && readWrite && semaphore ? 0 : 1;
   } finally {
     if (!values.keep) await Deno.remove(dir, { recursive: true });
   }
