@@ -210,6 +210,14 @@ export function ioredisClient(client: IoredisLike): ScriptClient {
 }
 
 /**
+ * node-redis's command options for the lock's commands: no client-side
+ * timeout. From v6 every command otherwise gets an `AbortSignal.timeout()` of
+ * 5 s, which Deno keeps alive for the full 5 s after the reply; the lock
+ * bounds each request with its own timer instead.
+ */
+const NO_CLIENT_TIMEOUT = Object.freeze({ timeout: 0 });
+
+/**
  * Wraps an `npm:redis` (node-redis v4 or v5) client or cluster.
  *
  * @param client The node-redis client, connected.
@@ -245,8 +253,8 @@ export function nodeRedisClient(client: NodeRedisLike): ScriptClient {
   return commandClient(
     client,
     cluster
-      ? (args, key) => sendCommand.call(c, key, false, args)
-      : (args) => sendCommand.call(c, args),
+      ? (args, key) => sendCommand.call(c, key, false, args, NO_CLIENT_TIMEOUT)
+      : (args) => sendCommand.call(c, args, NO_CLIENT_TIMEOUT),
     cluster,
   );
 }
