@@ -49,8 +49,12 @@ export function ioredisFloor(client: IoredisClient): FloorServer {
   };
 }
 
-/** Adapts a node-redis client. */
-export function nodeRedisFloor(client: NodeRedisClient): FloorServer {
+/**
+ * Adapts a node-redis client, without its per-command timeout signal (the
+ * lock's adapter sends its commands the same way; see docs/benchmarks.md).
+ */
+export function nodeRedisFloor(redis: NodeRedisClient): FloorServer {
+  const client = redis.withCommandOptions({ timeout: 0 });
   return {
     set: async (key, value, ttl) =>
       (await client.set(key, value, {

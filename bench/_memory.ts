@@ -12,11 +12,19 @@ import { sleep } from "./_stats.ts";
 
 /**
  * Timers created through the global timer functions (as the library, Deno
- * code, calls them) and still pending.
+ * code, calls them) and still pending; and `AbortSignal.timeout()` signals
+ * made, which Deno keeps alive until they fire, replied or not (node-redis 6
+ * makes one per command unless told not to).
  */
 class TimerWatch {
   readonly #live = new Set<unknown>();
   #restore: (() => void) | undefined;
+  #signals = 0;
+
+  /** `AbortSignal.timeout()` calls since {@linkcode TimerWatch.start}. */
+  get timeoutSignals(): number {
+    return this.#signals;
+  }
 
   start(): void {
     type Fn = (...args: unknown[]) => unknown;
@@ -26,6 +34,11 @@ class TimerWatch {
       clearTimeout: g.clearTimeout!,
       setInterval: g.setInterval!,
       clearInterval: g.clearInterval!,
+    };
+    const savedSignal = AbortSignal.timeout;
+    AbortSignal.timeout = (ms: number) => {
+      this.#signals++;
+      return savedSignal.call(AbortSignal, ms);
     };
     const live = this.#live;
     g.setTimeout = (fn: unknown, ms?: unknown, ...args: unknown[]) => {
@@ -53,7 +66,10 @@ class TimerWatch {
       live.delete(id);
       return saved.clearInterval(id);
     };
-    this.#restore = () => Object.assign(g, saved);
+    this.#restore = () => {
+      Object.assign(g, saved);
+      AbortSignal.timeout = savedSignal;
+    };
   }
 
   /** Stops watching; returns how many timers are still pending. */
@@ -78,8 +94,10 @@ const MiB = 1024 * 1024;
 
 /**
  * W6: `cycles` acquire/release cycles (16 loops) after a warm-up; heap
- * before and after a forced GC, timers still pending afterwards, and
- * connections still open on the servers after the clients were closed.
+ * before and after a forced GC, timers still pending afterwards,
+ * `AbortSignal.timeout()` signals made per cycle (a client's share of the
+ * heap: each lives its full timeout), and connections still open on the
+ * servers after the clients were closed.
  */
 export async function memory(
   impl: Impl,
@@ -125,6 +143,7 @@ export async function memory(
       heapAfterMiB: heapAfter / MiB,
       heapGrowthKiB: (heapAfter - heapBefore) / 1024,
       timersLeft,
+      timeoutSignalsPerCycle: watch.timeoutSignals / ops,
     };
   } finally {
     watch.stop();

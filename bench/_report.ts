@@ -222,7 +222,7 @@ export function contentionTable(
   const rows = impls.map((impl) => {
     const s = results.summary(cell, impl);
     const bad = status(s, results.skippedWhy(cell, impl));
-    if (bad) return [impl.label, bad, "", "", "", "", ""];
+    if (bad) return [impl.label, bad, "", "", "", "", "", ""];
     const floor = roles.floorFor(impl);
     const m = s!.medians;
     const bestP99 = results.summary(cell, best)?.medians.waitP99;
@@ -270,7 +270,7 @@ export function memoryTable(results: Results, cell: Cell, impls: readonly Impl[]
   const rows = impls.map((impl) => {
     const s = results.summary(cell, impl);
     const bad = status(s, results.skippedWhy(cell, impl));
-    if (bad) return [impl.label, bad, "", "", "", "", ""];
+    if (bad) return [impl.label, bad, "", "", "", "", "", ""];
     const m = s!.medians;
     return [
       impl.label,
@@ -279,6 +279,7 @@ export function memoryTable(results: Results, cell: Cell, impls: readonly Impl[]
       `${m.heapBeforeMiB!.toFixed(2)} → ${m.heapAfterMiB!.toFixed(2)}`,
       int(m.heapGrowthKiB),
       int(m.timersLeft),
+      m.timeoutSignalsPerCycle === undefined ? "–" : m.timeoutSignalsPerCycle.toFixed(2),
       int(m.connectionsLeft),
     ];
   });
@@ -290,6 +291,7 @@ export function memoryTable(results: Results, cell: Cell, impls: readonly Impl[]
       "heap MiB after GC (before → after)",
       "growth KiB",
       "timers left",
+      "timeout signals / cycle",
       "connections left",
     ],
     rows,
