@@ -1,9 +1,9 @@
 /**
  * node-redis from v6 gives every command a 5 s `AbortSignal.timeout()` by
- * default, and Deno keeps each such signal and its timer alive for the full
- * 5 s, replied or not: at tens of thousands of commands a second that is
- * over a hundred MiB of heap and GC pauses long enough to time requests out.
- * The lock bounds its requests itself, so its commands must not create them.
+ * default, and the runtime keeps each such signal and its timer until it
+ * fires, replied or not: at the lock's rates that fills the heap and brings
+ * GC pauses long enough to time requests out (docs/benchmarks.md, W6). The
+ * lock bounds its requests itself, so its commands must not create them.
  */
 
 import assert from "node:assert/strict";

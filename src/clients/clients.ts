@@ -212,8 +212,8 @@ export function ioredisClient(client: IoredisLike): ScriptClient {
 /**
  * node-redis's command options for the lock's commands: no client-side
  * timeout. From v6 every command otherwise gets an `AbortSignal.timeout()` of
- * 5 s, which Deno keeps alive for the full 5 s after the reply; the lock
- * bounds each request with its own timer instead.
+ * 5 s, which the runtime keeps alive until it fires, long after the reply;
+ * the lock bounds each request with its own timer instead.
  */
 const NO_CLIENT_TIMEOUT = Object.freeze({ timeout: 0 });
 
