@@ -4,8 +4,10 @@
  *
  * - S1: 16 contenders, each with its own connections to 3 servers, ask one
  *   semaphore of 4 permits, hold 1 ms and ask again (10 ms retry interval,
- *   no jitter): grants per second, p99 wait, and the most holders seen at
- *   once, which must never exceed 4 for @x/redlock.
+ *   no jitter): grants per second, p99 wait, the commands the servers ran
+ *   per grant (`INFO commandstats` at the start and end of the counted
+ *   window), and the most holders seen at once, which must never exceed 4
+ *   for @x/redlock.
  * - S2, split views: three clients, each cut off from a different one of 3
  *   servers (its connection to that server points at a closed loopback
  *   port), each ask one semaphore of 2 permits once, in rounds with the
@@ -21,6 +23,7 @@ import { Redlock } from "../mod.ts";
 import { closeAll, connectAll, type Connection, type IoredisClient } from "./_connect.ts";
 import { median, percentile, sleep } from "./_stats.ts";
 import { table, type Target } from "./_report.ts";
+import { readServers } from "./_server_cost.ts";
 
 /** A semaphore implementation: one permit held, released by `release()`. */
 interface Permits {
@@ -98,6 +101,8 @@ const fresh = (what: string) => `bench:s:${what}:${Date.now().toString(36)}:${++
 interface Contended {
   grantsPerSec: number;
   waitP99: number;
+  /** Commands the servers ran (as Redis counts them) per grant counted. */
+  commandsPerGrant: number;
   maxHolders: number;
   errors: number;
   firstError?: string;
@@ -121,6 +126,10 @@ async function contended(
   let errors = 0;
   let firstError: string | undefined;
   const waits: number[] = [];
+  // The servers' commands over the counted window (each read at its instant).
+  const readAt = (at: number) =>
+    sleep(Math.max(0, at - performance.now())).then(() => readServers(ports));
+  const readings = Promise.all([readAt(counted), readAt(end)]);
   try {
     await Promise.all(workers.map(async (worker) => {
       while (performance.now() < end) {
@@ -150,9 +159,11 @@ async function contended(
   } finally {
     await Promise.all(workers.map((w) => w.close()));
   }
+  const [first, last] = await readings;
   return {
     grantsPerSec: grants / shape.ms * 1000,
     waitP99: percentile(waits, 99),
+    commandsPerGrant: (last.calls - first.calls) / grants,
     maxHolders,
     errors,
     ...(firstError ? { firstError } : {}),
@@ -253,7 +264,9 @@ export async function benchSemaphores(
       console.error(
         `S1·3 rep ${rep + 1}/${plan.reps}  ${LABELS[kind].padEnd(32)} ${
           fmt(run.grantsPerSec)
-        } grants/s, p99 ${fmt(run.waitP99, 1)} ms, at most ${run.maxHolders} holders` +
+        } grants/s, p99 ${fmt(run.waitP99, 1)} ms, ${
+          fmt(run.commandsPerGrant)
+        } commands per grant, at most ${run.maxHolders} holders` +
           (run.errors ? `, ${run.errors} error(s): ${run.firstError}` : ""),
       );
     }
@@ -277,6 +290,7 @@ export async function benchSemaphores(
     LABELS[kind],
     fmt(median(runs[kind].map((r) => r.grantsPerSec))),
     fmt(median(runs[kind].map((r) => r.waitP99)), 1),
+    fmt(median(runs[kind].map((r) => r.commandsPerGrant))),
     `${most(kind)}${kind === "x" && most(kind) > shape.permits ? " **UNSAFE**" : ""}`,
     String(errors(kind)),
     `${split[kind].maxHolders}${kind === "x" && split.x.maxHolders > 2 ? " **UNSAFE**" : ""}`,
@@ -294,6 +308,7 @@ export async function benchSemaphores(
         "implementation",
         "S1 grants/s",
         "S1 p99 wait ms",
+        "S1 commands per grant",
         "S1 most holders at once (of 4)",
         "S1 errors",
         "S2 most holders at once (of 2)",

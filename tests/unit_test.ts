@@ -6,6 +6,7 @@ import { deadline, delay } from "../src/util/delay.ts";
 import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/protocol/scripts.ts";
 import { Alarm, forgetTimer, IDLE_MS, type Member, round } from "../src/quorum/round.ts";
 import { Conflict, VotesAgainst } from "../src/quorum/votes.ts";
+import { type Electorate, type VoteBallot, VoteRound } from "../src/quorum/vote_round.ts";
 import { AttemptLog } from "../src/acquire/attempts.ts";
 import { LockConflictError, Redlock, RequestTimeoutError, type ScriptClient } from "../mod.ts";
 
@@ -227,6 +228,73 @@ Deno.test("round() tallies an answer its judge asks more for, and gives one that
   });
   assert.equal(failed.answers.size, 0);
   assert.equal(failed.errors.get(0)?.message, "bad second reply");
+});
+
+/** Three members, quorum 2, whose failures are kept in `emitted`. */
+function electorate(members: Member[], emitted: [number, Error][]): Electorate {
+  return {
+    members,
+    quorum: 2,
+    emit: (error, m) => emitted.push([m.index, error]),
+    failure: (error) => error,
+    refused: () => {},
+  };
+}
+
+Deno.test("VoteRound settles on a quorum, counts its ballot as the votes came, and hands a later one to late()", async () => {
+  const emitted: [number, Error][] = [];
+  const late: [number, unknown, number[]][] = [];
+  const ballots: VoteBallot[] = [];
+  const judge = (reply: unknown, m: Member) =>
+    m.index === 2 ? new Conflict(2, 250) : reply as number;
+  const won = await new VoteRound(
+    electorate([member(0, 5), member(1, 0), member(2, 40)], emitted),
+    {
+      keys: ["k"],
+      timeout: 500,
+      signal: undefined,
+      start: performance.now(),
+      send: (m) => m.runner.evalScript(RELEASE, [], []),
+      judge,
+      decide: (ballot) => (ballots.push(ballot), ballot),
+      late: (m, vote, tally) => late.push([m.index, vote, [...tally.answers.keys()]]),
+    },
+  ).promise;
+  assert.equal(won.ok, true);
+  assert.equal(won.token, 1);
+  assert.equal(won.heldFor, Infinity);
+  assert.deepEqual(won.stats.votesFor, [1, 0]);
+  assert.equal(won.stats.votesAgainst.size, 0);
+  assert.equal(won.stats, won.stats, "the stats are made once");
+  await sleep(80);
+  assert.equal(late.length, 1);
+  assert.equal(late[0]![0], 2);
+  assert.ok(late[0]![1] instanceof Conflict);
+  assert.deepEqual(late[0]![2], [1, 0]);
+  // a conflict, a vote for and a server that never answers: no quorum, the timeout is a failure
+  const lost = await new VoteRound(
+    electorate([member(0, 0), member(1, Infinity), member(2, 0)], emitted),
+    {
+      keys: ["k"],
+      timeout: 50,
+      signal: undefined,
+      start: performance.now(),
+      send: (m) => m.runner.evalScript(RELEASE, [], []),
+      judge: (reply, m) => m.index === 0 ? new Conflict(0, 250) : reply as number,
+      decide: (ballot) => (ballots.push(ballot), ballot),
+    },
+  ).promise;
+  assert.equal(ballots.length, 2);
+  assert.equal(lost.ok, false);
+  assert.equal(lost.heldFor, 250);
+  assert.deepEqual(lost.stats.votesFor, [2]);
+  assert.equal(lost.stats.votesAgainst.conflicts, 1);
+  assert.ok(lost.stats.votesAgainst.get(0) instanceof LockConflictError);
+  assert.ok(lost.stats.votesAgainst.get(1) instanceof RequestTimeoutError);
+  assert.ok(lost.stats.elapsed >= 49);
+  assert.deepEqual(emitted.map(([server, error]) => [server, error.name]), [
+    [1, "RequestTimeoutError"],
+  ]);
 });
 
 Deno.test("round() calls aborted() once when its signal aborts it, before it rejects", async () => {

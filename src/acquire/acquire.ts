@@ -76,7 +76,8 @@ export function acquire(context: LockContext, request: AcquireRequest): Promise<
     decide: (ballot) => {
       const until = validUntil(start, duration, settings.driftFactor);
       if (!fencing && ballot.ok && until > ballot.end) {
-        return newLock(context.owner, request, Object.freeze([ballot.stats]), until, undefined);
+        // The stats are made when the lock's `attempts` are first read, if ever.
+        return newLock(context.owner, request, () => [ballot.stats], until, undefined);
       }
       return new Acquisition(context, request).run({ start, ballot });
     },

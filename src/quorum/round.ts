@@ -53,14 +53,15 @@ export interface RoundOptions<T, R = Tally<T>> {
   readonly aborted?: (() => void) | undefined;
 }
 
-const toError = (error: unknown): Error =>
+/** `error` as an Error: itself, or one that says it and keeps it as `cause`. */
+export const toError = (error: unknown): Error =>
   error instanceof Error ? error : new Error(String(error), { cause: error });
 
 /**
  * A round waiting for answers (or an {@linkcode Alarm}), as the deadline
  * sweeper sees it: a link of the list of entries in flight.
  */
-interface Pending {
+export interface Pending {
   /** The monotonic instant its requests time out (or it is due). */
   readonly deadline: number;
   /**
@@ -179,7 +180,7 @@ function sweep(): void {
  * Adds `entry` to the list; with `slack`, a sweeper due up to that many ms
  * after the entry's deadline will do.
  */
-function watch(entry: Pending, t: number, slack = 0): void {
+export function watch(entry: Pending, t: number, slack = 0): void {
   entry.prev = last;
   if (last === undefined) first = entry;
   else last.next = entry;
@@ -187,7 +188,8 @@ function watch(entry: Pending, t: number, slack = 0): void {
   if (entry.deadline + slack < sweeperAt) arm(dueAt(entry, t), t);
 }
 
-function unwatch(entry: Pending): void {
+/** Takes `entry` out of the list (nothing when it is not in it). */
+export function unwatch(entry: Pending): void {
   if (!listed(entry)) return;
   const { prev, next } = entry;
   if (prev === undefined) first = next;

@@ -15,6 +15,7 @@ import { RedlockErrorEvent } from "../api/error_event.ts";
 import type { LuaScript, ScriptCall } from "../protocol/scripts.ts";
 import { type Member, round, type Tally } from "./round.ts";
 import { Conflict, VotesAgainst } from "./votes.ts";
+import { type Electorate, VoteRound } from "./vote_round.ts";
 import { hashSlot } from "../protocol/hash_slot.ts";
 import { conflictTtl } from "../protocol/encoding.ts";
 import { now } from "../util/time.ts";
@@ -115,7 +116,7 @@ export function show(keys: readonly string[]): string {
  * The servers (or clusters) of a Redlock: each with its client and script
  * runner, the quorum, and the errors they raise as events on `target`.
  */
-export class Servers {
+export class Servers implements Electorate {
   readonly members: readonly Member[];
   /** How many must agree: `⌊members / 2⌋ + 1`. */
   readonly quorum: number;
@@ -200,28 +201,19 @@ export class Servers {
    * less than a `then` of the vote).
    */
   decide<R>(send: Send, decision: Decision<R>): Promise<R> {
-    const { keys, start, decide } = decision;
-    return round<Vote, R | Promise<R>>(this.members, send, {
+    const { signal } = decision;
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new VoteRound<R>(this, {
+      keys: decision.keys,
       timeout: decision.timeout,
-      start,
-      signal: decision.signal,
-      late: decision.late,
-      onError: this.emit,
-      done: this.decided,
+      signal,
+      start: decision.start,
+      send,
       judge: decision.judge ?? asVote,
-      failure: (error) => crossSlot(error, keys),
-      settle: (tally) => {
-        let ballot: Ballot;
-        try {
-          ballot = this.ballot(tally, start);
-        } catch (error) {
-          decision.aborted?.();
-          throw error;
-        }
-        return decide(ballot);
-      },
+      decide: decision.decide,
+      late: decision.late,
       aborted: decision.aborted,
-    }) as Promise<R>;
+    }).promise;
   }
 
   /**
@@ -229,21 +221,20 @@ export class Servers {
    * the round's stats; rejects with an `ExecutionError` without a quorum.
    */
   release(send: Send, timeout: number, keys: readonly string[]): Promise<ExecutionResult> {
-    const start = now();
-    return round<Vote, ExecutionResult>(this.members, send, {
+    return new VoteRound<ExecutionResult>(this, {
+      keys,
       timeout,
-      start,
-      onError: this.emit,
-      done: this.decided,
+      signal: undefined,
+      start: now(),
+      send,
       judge: releaseVote,
-      settle: (tally) => {
-        const { ok, stats } = this.ballot(tally, start);
+      decide: ({ ok, stats }) => {
         if (!ok) {
           throw new ExecutionError(`release of ${show(keys)} did not reach a quorum`, [stats]);
         }
         return { attempts: [stats] };
       },
-    });
+    }).promise;
   }
 
   /** Sends to `members` and waits for every answer (or time-out); failures become events. */
@@ -313,12 +304,17 @@ export class Servers {
       votesAgainst: new VotesAgainst(conflicts, tally.errors),
       elapsed: end - start,
     };
-    if (votesFor.length < this.quorum) this.#refused(tally.errors, stats);
+    if (votesFor.length < this.quorum) this.refused(tally.errors, () => stats);
     return { stats, ok: votesFor.length >= this.quorum, token, heldFor, end };
   }
 
+  /** The error a request's failure is reported and tallied as. */
+  failure(error: Error, keys: readonly string[]): Error {
+    return crossSlot(error, keys);
+  }
+
   /** Throws when more servers refused for lack of permission than a quorum can spare. */
-  #refused(errors: ReadonlyMap<number, Error>, stats: ExecutionStats): void {
+  refused(errors: ReadonlyMap<number, Error>, stats: () => ExecutionStats): void {
     let first: [number, Error] | undefined;
     let refusals = 0;
     for (const [server, error] of errors) {
@@ -327,7 +323,7 @@ export class Servers {
       first ??= [server, error];
     }
     if (first !== undefined && refusals > this.members.length - this.quorum) {
-      throw new PermissionError(first[0], first[1], [stats]);
+      throw new PermissionError(first[0], first[1], [stats()]);
     }
   }
 }
