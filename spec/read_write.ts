@@ -14,10 +14,10 @@
  */
 
 import { parseArgs } from "node:util";
+import { replayDir } from "./replay_dir.ts";
 import type { Mutant } from "./mutants.ts";
 import { quintRun, type RunResult } from "./quint.ts";
-import { showMismatch } from "./replay.ts";
-import { readRwTrace, replayRw, type RwTrace } from "./read_write_replay.ts";
+import { readRwTrace, replayRw } from "./read_write_replay.ts";
 
 /** The entry file of the read-write model: `rw_correct` and its mutants. */
 export const RW_MODEL: string = new URL("read_write_mutants.qnt", import.meta.url).pathname;
@@ -49,34 +49,6 @@ function line(name: string, samples: number, steps: number, result: RunResult): 
   return `${name.padEnd(17)} samples ${samples}, steps ${steps} each: ${verdict} (${
     result.seconds.toFixed(0)
   } s)`;
-}
-
-async function readTraces(dir: string): Promise<Map<string, RwTrace>> {
-  const names = [];
-  for await (const entry of Deno.readDir(dir)) names.push(entry.name);
-  names.sort((a, b) => Number(a.replace(/\D/g, "")) - Number(b.replace(/\D/g, "")));
-  const traces = new Map<string, RwTrace>();
-  for (const name of names) {
-    traces.set(name, readRwTrace(await Deno.readTextFile(`${dir}/${name}`)));
-  }
-  return traces;
-}
-
-/** Replays the traces in `dir`; true when every reply was equal and `least` traces ran. */
-async function replayDir(dir: string, least: number): Promise<boolean> {
-  const traces = await readTraces(dir);
-  const started = performance.now();
-  const report = await replayRw(traces);
-  const seconds = ((performance.now() - started) / 1000).toFixed(0);
-  const verdict = report.mismatches.length === 0
-    ? "all replies equal"
-    : `${report.mismatches.length} trace(s) with a different reply`;
-  console.log(
-    `rw replay         ${report.traces} traces, ${report.steps} server steps against ` +
-      `redis-server: ${verdict} (${seconds} s)`,
-  );
-  report.mismatches.slice(0, 20).forEach((m) => console.log(`  ${showMismatch(m)}`));
-  return report.mismatches.length === 0 && report.traces >= least;
 }
 
 /**
@@ -111,7 +83,7 @@ export async function runReadWrite(options: ReadWriteOptions = {}): Promise<bool
     });
     console.log(line("rw (traces)", traces, RW_TRACE_STEPS, short));
     for (const run of [safety, short]) if (run.violated) console.log(run.output);
-    const replayed = await replayDir(dir, traces);
+    const replayed = await replayDir(dir, "rw replay        ", readRwTrace, replayRw, traces);
     return !safety.violated && !short.violated && replayed;
   } finally {
     if (!options.keep) await Deno.remove(dir, { recursive: true });
@@ -243,7 +215,9 @@ async function main(): Promise<number> {
       replay: { type: "string" },
     },
   });
-  if (values.replay) return await replayDir(values.replay, 1) ? 0 : 1;
+  if (values.replay) {
+    return await replayDir(values.replay, "rw replay        ", readRwTrace, replayRw, 1) ? 0 : 1;
+  }
   if (values.mutants) {
     const only = positionals.length > 0 ? new Set(positionals) : undefined;
     const missed = await runReadWriteMutants(only);

@@ -23,7 +23,7 @@ import {
 } from "../src/protocol/read_write_scripts.ts";
 import type { LuaScript, ScriptCall } from "../src/protocol/scripts.ts";
 import { decode } from "./itf.ts";
-import { type Mismatch, type ReplayReport, type Rig, rig } from "./replay.ts";
+import { type Mismatch, replayEach, type ReplayReport, type Rig } from "./replay.ts";
 
 /** The read-write lock every trace takes. */
 export const RW_NAME = "R";
@@ -192,19 +192,9 @@ async function replayOne(
  * @returns How many traces and steps were replayed, and the mismatches.
  * @throws {Error} When the servers cannot start (libfaketime missing).
  */
-export async function replayRw(
+export function replayRw(
   traces: ReadonlyMap<string, RwTrace>,
   servers = 3,
 ): Promise<ReplayReport> {
-  await using r = await rig(servers);
-  let steps = 0;
-  let base = 1000;
-  const mismatches: Mismatch[] = [];
-  for (const [name, trace] of traces) {
-    const result = await replayOne(r, name, trace, base);
-    steps += result.steps;
-    if (result.mismatch) mismatches.push(result.mismatch);
-    base += trace.end + 1000;
-  }
-  return { traces: traces.size, steps, mismatches };
+  return replayEach(traces, replayOne, servers);
 }

@@ -225,25 +225,34 @@ async function replayOne(
   return { steps };
 }
 
+/** One trace replayed: its server steps, and the first that differed. */
+export interface TraceResult<M> {
+  readonly steps: number;
+  readonly mismatch?: M;
+}
+
 /**
- * Replays `traces` against three fresh servers (loopback, libfaketime),
- * each trace from empty servers and a later frozen time than the last.
+ * Replays `traces` one after another with `one` against fresh servers
+ * (loopback, libfaketime), each trace from empty servers and a later
+ * frozen time than the last.
  *
  * @param traces The traces by name (e.g. their file names).
+ * @param one Replays one trace on the rig from the frozen time `base`.
  * @param servers How many servers the model has.
  * @returns How many traces and steps were replayed, and the mismatches.
  * @throws {Error} When the servers cannot start (libfaketime missing).
  */
-export async function replay(
-  traces: ReadonlyMap<string, Trace>,
+export async function replayEach<T extends { readonly end: number }, M>(
+  traces: ReadonlyMap<string, T>,
+  one: (r: Rig, name: string, trace: T, base: number) => Promise<TraceResult<M>>,
   servers = 3,
-): Promise<ReplayReport> {
+): Promise<{ traces: number; steps: number; mismatches: M[] }> {
   await using r = await rig(servers);
   let steps = 0;
   let base = 1000;
-  const mismatches: Mismatch[] = [];
+  const mismatches: M[] = [];
   for (const [name, trace] of traces) {
-    const result = await replayOne(r, name, trace, base);
+    const result = await one(r, name, trace, base);
     steps += result.steps;
     if (result.mismatch) mismatches.push(result.mismatch);
     base += trace.end + 1000;
@@ -251,7 +260,24 @@ export async function replay(
   return { traces: traces.size, steps, mismatches };
 }
 
-/** One line for a mismatch. */
-export function showMismatch(m: Mismatch): string {
+/**
+ * Replays the plain lock's `traces` (see {@linkcode replayEach}).
+ *
+ * @param traces The traces by name (e.g. their file names).
+ * @param servers How many servers the model has.
+ * @returns How many traces and steps were replayed, and the mismatches.
+ * @throws {Error} When the servers cannot start (libfaketime missing).
+ */
+export function replay(
+  traces: ReadonlyMap<string, Trace>,
+  servers = 3,
+): Promise<ReplayReport> {
+  return replayEach(traces, replayOne, servers);
+}
+
+/** One line for a mismatch (of any model's replay). */
+export function showMismatch(
+  m: { trace: string; step: number; command: string; model: unknown; real: unknown },
+): string {
   return `${m.trace} step ${m.step}: ${m.command}: model ${m.model}, redis ${m.real}`;
 }

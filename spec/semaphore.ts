@@ -14,14 +14,10 @@
  */
 
 import { parseArgs } from "node:util";
+import { replayDir } from "./replay_dir.ts";
 import type { Mutant } from "./mutants.ts";
 import { quintRun, type RunResult } from "./quint.ts";
-import {
-  readSemTrace,
-  replaySemaphore,
-  type SemTrace,
-  showSemMismatch,
-} from "./semaphore_replay.ts";
+import { readSemTrace, replaySemaphore } from "./semaphore_replay.ts";
 
 /** The semaphore model's entry file: the modules `correct` and the mutants. */
 export const SEMAPHORE_MODEL: string = new URL("semaphore_mutants.qnt", import.meta.url).pathname;
@@ -71,39 +67,6 @@ function line(
   return `${label.padEnd(20)} samples ${samples}, steps ${steps} each: ${
     broken ? "VIOLATED" : "ok"
   } (${result.seconds.toFixed(0)} s)`;
-}
-
-async function readTraces(dir: string): Promise<Map<string, SemTrace>> {
-  const names = [];
-  for await (const entry of Deno.readDir(dir)) names.push(entry.name);
-  const order = (name: string) =>
-    [name.replace(/\d/g, ""), Number(name.replace(/\D/g, ""))] as const;
-  names.sort((a, b) => {
-    const [x, y] = [order(a), order(b)];
-    return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : x[1] - y[1];
-  });
-  const traces = new Map<string, SemTrace>();
-  for (const name of names) {
-    traces.set(name, readSemTrace(await Deno.readTextFile(`${dir}/${name}`)));
-  }
-  return traces;
-}
-
-/** Replays the traces in `dir`; true when every reply was equal and `least` traces ran. */
-async function replayDir(dir: string, least: number): Promise<boolean> {
-  const traces = await readTraces(dir);
-  const started = performance.now();
-  const report = await replaySemaphore(traces);
-  const seconds = ((performance.now() - started) / 1000).toFixed(0);
-  const verdict = report.mismatches.length === 0
-    ? "all replies equal"
-    : `${report.mismatches.length} trace(s) with a different reply`;
-  console.log(
-    `semaphore replay     ${report.traces} traces, ${report.steps} server steps against ` +
-      `redis-server: ${verdict} (${seconds} s)`,
-  );
-  report.mismatches.slice(0, 20).forEach((m) => console.log(`  ${showSemMismatch(m)}`));
-  return report.mismatches.length === 0 && report.traces >= least;
 }
 
 /**
@@ -166,7 +129,13 @@ export async function semaphoreSpec(options: SemaphoreSpecOptions = {}): Promise
     console.log(line("Progress", calm, SEMAPHORE_CALM_STEPS, progress));
     const runs = [safety, greedy, short, progress];
     for (const run of runs) if (run.violated) console.log(run.output);
-    const replayed = await replayDir(dir, traces + samples);
+    const replayed = await replayDir(
+      dir,
+      "semaphore replay    ",
+      readSemTrace,
+      replaySemaphore,
+      traces + samples,
+    );
     return runs.every((run) => !run.violated) && replayed;
   } finally {
     if (!options.keep) await Deno.remove(dir, { recursive: true });
@@ -276,7 +245,11 @@ async function main(): Promise<number> {
       mutants: { type: "boolean" },
     },
   });
-  if (values.replay) return await replayDir(values.replay, 1) ? 0 : 1;
+  if (values.replay) {
+    return await replayDir(values.replay, "semaphore replay    ", readSemTrace, replaySemaphore, 1)
+      ? 0
+      : 1;
+  }
   if (values.mutants) {
     const only = positionals.length > 0 ? new Set(positionals) : undefined;
     const missed = await runSemaphoreMutants(only);

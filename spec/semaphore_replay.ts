@@ -23,7 +23,7 @@ import {
   slotKey,
 } from "../src/protocol/semaphore_script.ts";
 import { decode, type ModelValue, type Plain } from "./itf.ts";
-import { NOSCRIPT, type Rig, rig, wireValue } from "./replay.ts";
+import { NOSCRIPT, replayEach, type Rig, wireValue } from "./replay.ts";
 
 /** The semaphore every trace takes permits of. */
 export const SEMAPHORE = "S";
@@ -285,24 +285,9 @@ async function replayOne(
  * @returns How many traces and steps were replayed, and the mismatches.
  * @throws {Error} When the servers cannot start (libfaketime missing).
  */
-export async function replaySemaphore(
+export function replaySemaphore(
   traces: ReadonlyMap<string, SemTrace>,
   servers = 3,
 ): Promise<SemReplayReport> {
-  await using r = await rig(servers);
-  let steps = 0;
-  let base = 1000;
-  const mismatches: SemMismatch[] = [];
-  for (const [name, trace] of traces) {
-    const result = await replayOne(r, name, trace, base);
-    steps += result.steps;
-    if (result.mismatch) mismatches.push(result.mismatch);
-    base += trace.end + 1000;
-  }
-  return { traces: traces.size, steps, mismatches };
-}
-
-/** One line for a mismatch. */
-export function showSemMismatch(m: SemMismatch): string {
-  return `${m.trace} step ${m.step}: ${m.command}: model ${m.model}, redis ${m.real}`;
+  return replayEach(traces, replayOne, servers);
 }

@@ -15,9 +15,10 @@
  */
 
 import { parseArgs } from "node:util";
-import { readTrace, type Trace } from "./itf.ts";
+import { replayDir } from "./replay_dir.ts";
+import { readTrace } from "./itf.ts";
 import { quintRun, type RunResult } from "./quint.ts";
-import { replay, showMismatch } from "./replay.ts";
+import { replay } from "./replay.ts";
 import { runReadWrite } from "./read_write.ts";
 import { semaphoreSpec } from "./semaphore.ts";
 
@@ -78,17 +79,6 @@ function line(
   } s)`;
 }
 
-async function readTraces(dir: string): Promise<Map<string, Trace>> {
-  const names = [];
-  for await (const entry of Deno.readDir(dir)) names.push(entry.name);
-  names.sort((a, b) => Number(a.replace(/\D/g, "")) - Number(b.replace(/\D/g, "")));
-  const traces = new Map<string, Trace>();
-  for (const name of names) {
-    traces.set(name, readTrace(await Deno.readTextFile(`${dir}/${name}`)));
-  }
-  return traces;
-}
-
 /**
  * Simulates the model: the safety runs, the shorter runs whose traces are
  * written to `dir` (safety checked on them too), the calm runs, then the
@@ -139,23 +129,6 @@ async function simulate(
   return runs.every((run) => !run.violated);
 }
 
-/** Replays the traces in `dir`; true when every reply was equal and `least` traces ran. */
-async function replayDir(dir: string, least: number): Promise<boolean> {
-  const traces = await readTraces(dir);
-  const started = performance.now();
-  const report = await replay(traces);
-  const seconds = ((performance.now() - started) / 1000).toFixed(0);
-  const verdict = report.mismatches.length === 0
-    ? "all replies equal"
-    : `${report.mismatches.length} trace(s) with a different reply`;
-  console.log(
-    `replay            ${report.traces} traces, ${report.steps} server steps against ` +
-      `redis-server: ${verdict} (${seconds} s)`,
-  );
-  report.mismatches.slice(0, 20).forEach((m) => console.log(`  ${showMismatch(m)}`));
-  return report.mismatches.length === 0 && report.traces >= least;
-}
-
 async function main(): Promise<number> {
   const { values } = parseArgs({
     args: Deno.args,
@@ -168,7 +141,9 @@ async function main(): Promise<number> {
       replay: { type: "string" },
     },
   });
-  if (values.replay) return await replayDir(values.replay, 1) ? 0 : 1;
+  if (values.replay) {
+    return await replayDir(values.replay, "replay           ", readTrace, replay, 1) ? 0 : 1;
+  }
   const samples = Number(values.samples ?? 100);
   const traces = Number(values.traces ?? 200);
   const calm = Number(values.calm ?? 40);
@@ -176,7 +151,7 @@ async function main(): Promise<number> {
   const dir = values.keep ?? await Deno.makeTempDir({ prefix: "redlock-spec-" });
   try {
     const simulated = await simulate(dir, samples, traces, calm, seed);
-    const replayed = await replayDir(dir, traces);
+    const replayed = await replayDir(dir, "replay           ", readTrace, replay, traces);
     // Read-write locks and semaphores: models of their own, replayed the same way.
     const readWrite = await runReadWrite({ seed });
     const semaphore = await semaphoreSpec({ seed });
