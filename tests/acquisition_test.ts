@@ -651,9 +651,17 @@ Deno.test(
     await using env = await scripted(3, { wait: "poll", retryCount: 0 });
     const { gate, redlock } = env;
     const lost = new Error("socket reset");
-    gate.failReplies({ script: "acquire", server: 1 }, lost);
-    gate.failReplies({ script: "acquire", server: 2 }, lost);
-    const error = await rejection(redlock.acquire("lost", 5_000));
+    gate.hold({ script: "acquire", server: 1 });
+    gate.hold({ script: "acquire", server: 2 });
+    const rejected = rejection(redlock.acquire("lost", 5_000));
+    // Server 0's vote counts first; then the servers 1 and 2 ran it, and their replies are lost.
+    const [first] = await gate.sent({ script: "acquire", server: 0 });
+    await first!.answered;
+    await gate.fail(
+      lost,
+      ...(await gate.sent({ script: "acquire" }, 3)).filter((c) => c.server > 0),
+    );
+    const error = await rejected;
     assertServersFailed(error);
     const [stats] = error.attempts;
     assert.deepEqual(stats!.votesFor, [0]);
