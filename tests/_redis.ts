@@ -159,6 +159,24 @@ async function settled<T>(read: () => Promise<T>, done: (value: T) => boolean): 
   return value;
 }
 
+/**
+ * Reads until the read equals `want`, for up to 2 s (see `settled`); returns
+ * the last read.
+ */
+export function eventually<T>(read: () => Promise<T>, want: T): Promise<T> {
+  return settled(read, (value) => value === want);
+}
+
+/**
+ * How many of `keys` exist on each server, once none exists on any server
+ * or as they are after 2 s: a release settles on a quorum, and its request
+ * to the last server may land just after.
+ */
+export function keysLeft(servers: RedisServers, ...keys: string[]): Promise<number[]> {
+  const read = () => Promise.all(servers.servers.map((s) => integer(s, "EXISTS", ...keys)));
+  return settled(read, (left) => left.every((n) => n === 0));
+}
+
 /** The value of `key` on each server. */
 function valuesOf(servers: RedisServers, key: string): Promise<(string | null)[]> {
   return Promise.all(servers.servers.map((s) => get(s, key)));

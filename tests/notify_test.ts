@@ -1,7 +1,15 @@
 import assert from "node:assert/strict";
 import { Redlock } from "../mod.ts";
 import { LINGER_MS } from "../src/wait/waiters.ts";
-import { get, integer, onEveryServer, type RedisServer, setup, sleep } from "./_redis.ts";
+import {
+  eventually,
+  get,
+  integer,
+  onEveryServer,
+  type RedisServer,
+  setup,
+  sleep,
+} from "./_redis.ts";
 
 const KINDS = ["ioredis", "node-redis"] as const;
 
@@ -9,17 +17,6 @@ const KINDS = ["ioredis", "node-redis"] as const;
 async function channels(server: RedisServer): Promise<number> {
   const reply = await server.command("PUBSUB", "CHANNELS", "redlock:*");
   return reply.split("\r\n").filter((line) => line.startsWith("redlock:")).length;
-}
-
-/** Polls `probe` until it returns `want`, for at most `ms`; returns the last value. */
-async function settle<T>(probe: () => Promise<T>, want: T, ms = 1_000): Promise<T> {
-  const end = performance.now() + ms;
-  let value = await probe();
-  while (value !== want && performance.now() < end) {
-    await sleep(10);
-    value = await probe();
-  }
-  return value;
 }
 
 async function connections(server: RedisServer): Promise<number> {
@@ -76,7 +73,7 @@ for (const kind of KINDS) {
       assert.ok(woke < 500, `took ${woke} ms after the release (TTL was ~9.7 s)`);
       // the release took the marker; the next one finds no queue and only deletes
       for (const server of env.servers.servers) {
-        assert.equal(await settle(() => integer(server, "EXISTS", "{room}:b:waiters"), 0), 0);
+        assert.equal(await eventually(() => integer(server, "EXISTS", "{room}:b:waiters"), 0), 0);
       }
       // (a quorum: where the release's script was not loaded yet, its EVAL
       // fallback may come after the woken attempt)
@@ -109,8 +106,8 @@ for (const kind of KINDS) {
       await Promise.all(waiting);
       // kept a little for the next wait, then closed
       for (const [i, server] of env.servers.servers.entries()) {
-        assert.equal(await settle(() => channels(server), 0), 0);
-        assert.equal(await settle(() => connections(server), before[i]!), before[i]!);
+        assert.equal(await eventually(() => channels(server), 0), 0);
+        assert.equal(await eventually(() => connections(server), before[i]!), before[i]!);
       }
     },
   );
@@ -201,11 +198,7 @@ for (const kind of KINDS) {
       await wait("linger:b", LINGER_MS + 100);
       const kept = (await clientIds(server)).filter((id) => !before.includes(id));
       assert.deepEqual(kept, opened);
-      const closed = await settle(
-        async () => (await clientIds(server)).length,
-        before.length,
-        2_000,
-      );
+      const closed = await eventually(async () => (await clientIds(server)).length, before.length);
       assert.equal(closed, before.length, "the subscriber connection was not closed");
     },
   );
