@@ -147,7 +147,7 @@ for (const kind of KINDS) {
       await using env = await setup(kind, 3);
       const [a, b] = env.servers.servers;
       const redlock = new Redlock(env.clients, {
-        requestTimeout: 300,
+        requestTimeout: 1_000,
         retryCount: 2,
         retryDelay: 0,
         retryJitter: 0,
@@ -157,7 +157,8 @@ for (const kind of KINDS) {
       try {
         const fast = performance.now();
         const lock = await redlock.acquire("paused", 5_000);
-        assert.ok(performance.now() - fast < 300, "two healthy servers settle without waiting");
+        const settled = performance.now() - fast;
+        assert.ok(settled < 1_000, `two healthy servers settle without waiting: ${settled} ms`);
         await lock.release();
 
         // one server holds it for another value, one is paused: every attempt waits for the pause
@@ -171,10 +172,10 @@ for (const kind of KINDS) {
         assert.ok(error instanceof ExecutionError);
         assert.equal(error.attempts.length, 3);
         for (const attempt of error.attempts) {
-          assert.ok(attempt.elapsed < 300 + 250, `attempt took ${attempt.elapsed} ms`);
+          assert.ok(attempt.elapsed < 1_000 + 500, `attempt took ${attempt.elapsed} ms`);
           assert.ok(attempt.votesAgainst.get(1) instanceof RequestTimeoutError);
         }
-        assert.ok(elapsed >= 3 * 300 - 50 && elapsed < 3 * 300 + 1_500, `took ${elapsed} ms`);
+        assert.ok(elapsed >= 3 * 1_000 - 50 && elapsed < 3 * 1_000 + 2_000, `took ${elapsed} ms`);
       } finally {
         await b!.resume();
       }

@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { duplicateSubscriber, type Lock, LockConflictError, Redlock } from "../mod.ts";
+import {
+  duplicateSubscriber,
+  type Lock,
+  LockConflictError,
+  Redlock,
+  RequestTimeoutError,
+} from "../mod.ts";
 import { queueKey } from "../src/protocol/scripts.ts";
 import { FaultProxy } from "../scripts/fault_proxy.ts";
 import {
@@ -256,20 +262,27 @@ for (const kind of KINDS) {
       // it queued (every requestTimeout it would be 18), then the handoff (or, woken, an attempt)
       const asked = attempts.length - 1;
       assert.ok(asked >= 4 && asked <= 9, `${asked} attempts in 1.7 s`);
-      // each refused by the holder, as the servers answered
+      // each refused by the holder, as the servers answered (a loaded machine may let a
+      // request pass its 100 ms: that vote is a timeout, never anything else)
       const refused = attempts.slice(0, -1).filter((a) => a.votesFor.length === 0);
       assert.ok(refused.length >= 4, `${refused.length} of ${attempts.length} refused`);
+      let answered = 0;
       for (const attempt of refused) {
         assert.equal(attempt.membershipSize, 3);
         assert.equal(attempt.quorumSize, 2);
         assert.ok(attempt.elapsed >= 0 && attempt.elapsed < 1_000, `${attempt.elapsed} ms`);
         assert.ok(attempt.votesAgainst.size >= 2);
+        let conflicts = 0;
         for (const [server, error] of attempt.votesAgainst) {
+          if (error instanceof RequestTimeoutError && error.server === server) continue;
           assert.ok(error instanceof LockConflictError, String(error));
           assert.equal(error.server, server);
           assert.ok(error.ttl > 7_000 && error.ttl <= 10_000, `ttl ${error.ttl}`);
+          conflicts++;
         }
+        if (conflicts >= 2) answered++;
       }
+      assert.ok(answered >= 3, `${answered} of ${refused.length} refusals answered by a quorum`);
       assert.ok(Object.isFrozen(attempts));
       await lock.release();
     },

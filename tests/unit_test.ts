@@ -194,7 +194,7 @@ Deno.test("round(): rounds for several IDLE_MS in a row share one timer, which s
     const start = performance.now();
     const tally = await round([member(1, Infinity)], send, options(45));
     const took = performance.now() - start;
-    assert.ok(took >= 44 && took < 300, `timed out after ${took} ms`);
+    assert.ok(took >= 44 && took < 2_000, `timed out after ${took} ms`);
     assert.ok(tally.errors.get(1) instanceof RequestTimeoutError);
     await sleep(IDLE_MS + 20);
     assert.equal(timers.live(), 0, `a timer still pending ${IDLE_MS + 20} ms after the last round`);

@@ -11,8 +11,8 @@ import { get, hold, KINDS, scriptCalls, setup, sleep } from "./_redis.ts";
 for (const kind of KINDS) {
   Deno.test(`[${kind}] acquire() rejects at once with signal.reason when aborted while waiting`, async () => {
     await using env = await setup(kind, 3);
-    for (const server of env.servers.servers) await hold(server, "busy", "other", 10_000);
-    const redlock = new Redlock(env.clients, { retryCount: -1, retryDelay: 1_000 });
+    for (const server of env.servers.servers) await hold(server, "busy", "other", 60_000);
+    const redlock = new Redlock(env.clients, { retryCount: -1, retryDelay: 30_000 });
     const controller = new AbortController();
     const reason = new Error("user left");
     const waiting = redlock.acquire("busy", 5_000, { signal: controller.signal });
@@ -20,7 +20,9 @@ for (const kind of KINDS) {
     const start = performance.now();
     controller.abort(reason);
     await assert.rejects(waiting, (e) => e === reason);
-    assert.ok(performance.now() - start < 100, "rejects at once, not after the retry delay");
+    // (a bound far below the retry delay and the holder's lease, far above a loaded machine's lag)
+    const took = performance.now() - start;
+    assert.ok(took < 3_000, `rejected ${took} ms after the abort, not at once`);
     // still the other holder's, as it wrote it
     for (const server of env.servers.servers) {
       assert.equal(await get(server, "busy"), "other");
@@ -53,7 +55,7 @@ for (const kind of KINDS) {
 
   Deno.test(`[${kind}] acquire() rejects with a TimeoutError after options.timeout`, async () => {
     await using env = await setup(kind, 3);
-    for (const server of env.servers.servers) await hold(server, "slow", "other", 10_000);
+    for (const server of env.servers.servers) await hold(server, "slow", "other", 30_000);
     const redlock = new Redlock(env.clients, { retryCount: -1, retryDelay: 50 });
     const start = performance.now();
     await assert.rejects(
@@ -61,7 +63,8 @@ for (const kind of KINDS) {
       (e) => e instanceof DOMException && e.name === "TimeoutError",
     );
     const elapsed = performance.now() - start;
-    assert.ok(elapsed >= 290 && elapsed < 1_000, `${elapsed} ms`);
+    // not before the timeout; long before the holder's lease ends
+    assert.ok(elapsed >= 290 && elapsed < 5_000, `${elapsed} ms`);
     // still the other holder's, as it wrote it
     for (const server of env.servers.servers) {
       assert.equal(await get(server, "slow"), "other");
