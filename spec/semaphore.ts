@@ -160,7 +160,7 @@ export const SEMAPHORE_MUTANTS: readonly Mutant[] = [
     invariant: "PermitBound",
     step: "stepGreedy",
     samples: 150,
-    seed: 1,
+    seed: 2,
   },
   {
     main: "sem_per_server",

@@ -421,5 +421,6 @@ Deno.test("a server whose refusal comes after the grant is taken out of its wait
     await sleep(25);
   }
   assert.equal(await integer(slow, "ZCARD", "{late}:sem:queue"), 0, "out of the queue");
+  assert.equal(await integer(slow, "EXISTS", "{late}:sem:wants"), 0, "its count with it");
   await permit.release();
 });
