@@ -71,9 +71,14 @@ for (const kind of ACL_KINDS) {
     const sem = redlock.semaphore("app:pool", { permits: 2 });
     const permits = [await sem.acquire(5_000), await sem.acquire(5_000)];
     assert.equal(await sem.tryAcquire(5_000), null, "both permits are held");
+    // a waiter for both permits queues; an acquire that finds a slot free reads the queue
+    const both = sem.acquire(5_000, { permits: 2, timeout: 5_000 });
+    await new Promise((r) => setTimeout(r, 100));
     const renewed = await permits[0]!.extend(5_000);
     await renewed.release();
+    assert.equal(await sem.tryAcquire(5_000), null, "the queued waiter comes first");
     await permits[1]!.release();
+    await (await both).release();
 
     const terms: number[] = [];
     const stop = new AbortController();
@@ -121,6 +126,36 @@ for (const kind of ACL_KINDS) {
     });
     await assert.rejects(campaign, (e) => e instanceof PermissionError);
     await lock.release();
+  });
+
+  Deno.test(`[${kind}] a command a script runs, outside the user's rules, fails at once with a PermissionError`, async () => {
+    await using servers = await aclServers();
+    // The lock user, less ZRANGE: a semaphore reads its wait queue with it.
+    await createUser(servers, [
+      "SETUSER",
+      "nozrange",
+      ...(await lockUserRule("x", "app:")).slice(2),
+      "-zrange",
+    ]);
+    await using a = await connectAllAs(kind, servers, "locker");
+    await using b = await connectAllAs(kind, servers, "nozrange");
+    await using holder = new Redlock(a.clients);
+    await using other = new Redlock(b.clients, { retryCount: 10, retryDelay: 200 });
+    other.on("error", () => {});
+    const sem = holder.semaphore("app:pool", { permits: 2 });
+    const one = await sem.acquire(5_000);
+    const both = sem.acquire(5_000, { permits: 2, timeout: 5_000 }); // queues: one slot is free
+    await new Promise((r) => setTimeout(r, 100));
+    const started = performance.now();
+    const error = await other.semaphore("app:pool", { permits: 2 }).acquire(5_000).then(
+      () => assert.fail("acquired past the queued waiter"),
+      (e: unknown) => e,
+    );
+    assert.ok(error instanceof PermissionError, `${error}`);
+    assert.match(error.permission, /can't run this command/);
+    assert.ok(performance.now() - started < 1_500, "failed at once");
+    await one.release();
+    await (await both).release();
   });
 
   Deno.test(`[${kind}] an ACL user without a command fails at once, naming the command`, async () => {

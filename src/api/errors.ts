@@ -179,17 +179,21 @@ export class PermissionError extends ExecutionError {
 }
 
 const NOPERM = /\bNOPERM\b:?\s*([^\r\n]*)/;
+/** Redis 7.0's words when a script's own command, key or channel is outside the user's rules. */
+const SCRIPT_DENIED = /\bThe user executing the script can't (?:run|access)[^\r\n]*/;
 
 /**
  * What a server's `NOPERM` error says is missing (the text after `NOPERM`,
- * also inside a script's error), or undefined for any other error.
+ * also inside a script's error, or the script's refusal as Redis 7.0 puts
+ * it), or undefined for any other error.
  *
  * @param error A client's error.
  * @returns The missing permission as the server put it, or undefined.
  */
 export function missingPermission(error: Error): string | undefined {
   const match = NOPERM.exec(error.message);
-  return match === null ? undefined : match[1]!.trim() || "NOPERM";
+  if (match !== null) return match[1]!.trim() || "NOPERM";
+  return SCRIPT_DENIED.exec(error.message)?.[0].trim();
 }
 
 /**

@@ -92,7 +92,7 @@ local function ahead()
   if redis.call("EXISTS", queue) == 0 then return false end
   local now, before = clock(), ticket == "" and "+inf" or "(" .. ticket
   local need, free = k, nil
-  for _, other in ipairs(redis.call("ZRANGEBYSCORE", queue, "-inf", before)) do
+  for _, other in ipairs(redis.call("ZRANGE", queue, "-inf", before, "BYSCORE")) do
     if other ~= value then
       if tonumber(redis.call("ZSCORE", alive, other) or "0") > now then
         free = free or room()
