@@ -96,6 +96,12 @@ const plan: Plan = quick
   };
 const reps = intArg(args, "reps", plan.reps);
 const only = args.get("only")?.split(",");
+const PARTS = ["W1", "W2", "W3", "W4", "W5", "W6", "H", "C", "S"];
+for (const part of only ?? []) {
+  if (!PARTS.includes(part)) {
+    throw new RangeError(`--only: "${part}" is not one of ${PARTS.join(", ")} (S runs S1 and S2)`);
+  }
+}
 // W6 is one long run per implementation; by default only @x/redlock's rows
 // make the 200 000 cycles (the quick run and --w6-all run every row).
 const memoryAll = quick || args.has("w6-all");
