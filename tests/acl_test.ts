@@ -20,6 +20,16 @@ async function aclServers(): Promise<RedisServers> {
   return servers;
 }
 
+/** Creates `user` on every server: the lock user's rule on "app:" keys, then `rules`. */
+async function lockUserLess(servers: RedisServers, user: string, rules: readonly string[]) {
+  await createUser(servers, [
+    "SETUSER",
+    user,
+    ...(await lockUserRule("x", "app:")).slice(2),
+    ...rules,
+  ]);
+}
+
 /** Asserts that no server logged an ACL denial. */
 async function noDenials(servers: RedisServers): Promise<void> {
   for (const [i, server] of servers.servers.entries()) {
@@ -131,12 +141,7 @@ for (const kind of ACL_KINDS) {
   Deno.test(`[${kind}] a command a script runs, outside the user's rules, fails at once with a PermissionError`, async () => {
     await using servers = await aclServers();
     // The lock user, less ZRANGE: a semaphore reads its wait queue with it.
-    await createUser(servers, [
-      "SETUSER",
-      "nozrange",
-      ...(await lockUserRule("x", "app:")).slice(2),
-      "-zrange",
-    ]);
+    await lockUserLess(servers, "nozrange", ["-zrange"]);
     await using a = await connectAllAs(kind, servers, "locker");
     await using b = await connectAllAs(kind, servers, "nozrange");
     await using holder = new Redlock(a.clients);
@@ -161,13 +166,7 @@ for (const kind of ACL_KINDS) {
   Deno.test(`[${kind}] an ACL user without a command fails at once, naming the command`, async () => {
     await using servers = await aclServers();
     // The lock user, less EVALSHA and EVAL: every operation needs a script.
-    await createUser(servers, [
-      "SETUSER",
-      "noscripts",
-      ...(await lockUserRule("x", "app:")).slice(2),
-      "-evalsha",
-      "-eval",
-    ]);
+    await lockUserLess(servers, "noscripts", ["-evalsha", "-eval"]);
     await using a = await connectAllAs(kind, servers, "noscripts");
     await using redlock = new Redlock(a.clients, { retryCount: 10, retryDelay: 200 });
     redlock.on("error", () => {});
