@@ -170,7 +170,8 @@ export function eventually<T>(read: () => Promise<T>, want: T): Promise<T> {
 /**
  * How many of `keys` exist on each server, once none exists on any server
  * or as they are after 2 s: a release settles on a quorum, and its request
- * to the last server may land just after.
+ * to the last server may land just after. The locks' leases must be longer
+ * than 2 s, so that only a release can free the keys in that time.
  */
 export function keysLeft(servers: RedisServers, ...keys: string[]): Promise<number[]> {
   const read = () => Promise.all(servers.servers.map((s) => integer(s, "EXISTS", ...keys)));

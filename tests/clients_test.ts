@@ -120,7 +120,7 @@ Deno.test("[glide] Valkey GLIDE takes, contends for, fences and releases locks o
     await second.release();
     assert.equal(await redlock.isLocked("glide"), false);
     // one resource without fencing: SET NX
-    const plain = await redlock.acquire("glide:plain", 1_000);
+    const plain = await redlock.acquire("glide:plain", 10_000);
     await plain.release();
     for (const server of servers.servers) {
       assert.ok(await commandCalls(server, "eval") >= 1, "EVAL after NOSCRIPT");

@@ -197,7 +197,8 @@ Deno.test("a waiter for many permits is served before later waiters for few", as
   await holder.release();
   const granted = await heavy;
   await Promise.all(lights);
-  // Of the 4 slots freed, the heavy waiter's 3 are kept for it: one light may pass it, no more.
+  // Of the 4 slots freed, the heavy waiter's 3 are kept for it: until it holds them, lights
+  // may pass it only through the one slot left, so never two light permits at once.
   assert.ok(mostLightsBeforeHeavy <= 1, `${mostLightsBeforeHeavy} light permits before the heavy`);
   assert.equal(order.length, 4);
   await granted.release();

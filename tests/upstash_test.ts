@@ -43,10 +43,10 @@ for (const [mode, options] of MODES) {
     assert.ok(extended.remainingTime > 4_000, `${extended.remainingTime} ms left`);
     await extended.release();
     assert.equal(await redlock.isLocked("u:door"), false);
-    const next = await redlock.acquire("u:door", 2_000, { fencing: true });
+    const next = await redlock.acquire("u:door", 10_000, { fencing: true });
     assert.ok(next.fencingToken! > lock.fencingToken!, "the token grows");
     await next.release();
-    const both = await redlock.acquire(["{u}:a", "{u}:b"], 2_000);
+    const both = await redlock.acquire(["{u}:a", "{u}:b"], 10_000);
     await both.release();
     for (const server of servers.servers) {
       assert.ok(await commandCalls(server, "eval") >= 1, "EVAL after NOSCRIPT");

@@ -179,8 +179,12 @@ export class PermissionError extends ExecutionError {
 }
 
 const NOPERM = /\bNOPERM\b:?\s*([^\r\n]*)/;
-/** Redis 7.0's words when a script's own command, key or channel is outside the user's rules. */
-const SCRIPT_DENIED = /\bThe user executing the script can't (?:run|access)[^\r\n]*/;
+/**
+ * A script's own command, key or channel outside the user's rules, as
+ * Redis 7.0 words it, and as later versions do ("ACL failure in script").
+ */
+const SCRIPT_DENIED =
+  /\bThe user executing the script can't (?:run|access|publish)[^\r\n]*|\bACL failure in script:[^\r\n]*/;
 
 /**
  * What a server's `NOPERM` error says is missing (the text after `NOPERM`,
