@@ -24,7 +24,7 @@ export interface Mutant {
   readonly invariant: string;
   /** Calm runs (bounded progress) instead of runs with every fault. */
   readonly calm?: boolean;
-  /** The scenario's init (spec/redlock.qnt), when not `init` or the calm one. */
+  /** The scenario's init (in the mutant's model), when not `init` or the calm one. */
   readonly init?: string;
   /** The step relation, when not the calm one or `step`. */
   readonly step?: string;

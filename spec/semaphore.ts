@@ -18,6 +18,7 @@ import { replayDir } from "./replay_dir.ts";
 import type { Mutant } from "./mutants.ts";
 import { quintRun, type RunResult } from "./quint.ts";
 import { readSemTrace, replaySemaphore } from "./semaphore_replay.ts";
+import type { Scenario } from "./spec.ts";
 
 /** The semaphore model's entry file: the modules `correct` and the mutants. */
 export const SEMAPHORE_MODEL: string = new URL("semaphore_mutants.qnt", import.meta.url).pathname;
@@ -31,6 +32,19 @@ export const SEMAPHORE_STEPS = 100;
 export const SEMAPHORE_TRACE_STEPS = 40;
 /** Steps per calm run (bounded progress). */
 export const SEMAPHORE_CALM_STEPS = 300;
+
+/**
+ * A holder whose clock runs slow, near the end of its slot's lease, while
+ * another client asks (spec/semaphore.qnt): the no-drift mutant starts from
+ * it, and {@linkcode semaphoreSpec} runs `correct` from it with the same
+ * budget.
+ */
+export const SLOW_HOLDER: Scenario = {
+  init: "initSlowHolder",
+  step: "stepGreedy",
+  steps: 40,
+  samples: 50,
+};
 
 /** How many runs of each kind {@linkcode semaphoreSpec} makes. */
 export interface SemaphoreSpecOptions {
@@ -72,8 +86,9 @@ function line(
 /**
  * Simulates the semaphore model and replays its traces: safety runs with
  * every fault, runs whose holders keep their permits to the end of their
- * validity, short runs, then calm runs for bounded progress; the traces of
- * the safety and short runs are replayed against real servers.
+ * validity, short runs, calm runs for bounded progress, then runs from the
+ * scenario {@linkcode SLOW_HOLDER}; the traces of the safety and short runs
+ * are replayed against real servers.
  * Prints one line per invariant and run.
  *
  * @param options The budget and seed.
@@ -127,7 +142,9 @@ export async function semaphoreSpec(options: SemaphoreSpecOptions = {}): Promise
       steps: SEMAPHORE_CALM_STEPS,
     });
     console.log(line("Progress", calm, SEMAPHORE_CALM_STEPS, progress));
-    const runs = [safety, greedy, short, progress];
+    const slow = await quintRun({ ...base, ...SLOW_HOLDER });
+    console.log(line(SLOW_HOLDER.init, SLOW_HOLDER.samples, SLOW_HOLDER.steps, slow));
+    const runs = [safety, greedy, short, progress, slow];
     for (const run of runs) if (run.violated) console.log(run.output);
     const replayed = await replayDir(
       dir,
@@ -158,9 +175,8 @@ export const SEMAPHORE_MUTANTS: readonly Mutant[] = [
     main: "sem_no_drift",
     fault: "no drift allowance in a permit's validity",
     invariant: "PermitBound",
-    step: "stepGreedy",
-    samples: 150,
-    seed: 2,
+    ...SLOW_HOLDER,
+    seed: 1,
   },
   {
     main: "sem_per_server",
@@ -197,14 +213,16 @@ export async function runSemaphoreMutants(only?: ReadonlySet<string>): Promise<n
   for (const mutant of SEMAPHORE_MUTANTS) {
     if (only && !only.has(mutant.main)) continue;
     const dir = await Deno.makeTempDir({ prefix: "redlock-semaphore-mutant-" });
+    const steps = mutant.steps ?? SEMAPHORE_STEPS;
     try {
       const result = await quintRun({
         model: SEMAPHORE_MODEL,
         main: mutant.main,
         invariants: SEMAPHORE_SAFETY,
+        ...(mutant.init ? { init: mutant.init } : {}),
         ...(mutant.step ? { step: mutant.step } : {}),
         samples: mutant.samples,
-        steps: SEMAPHORE_STEPS,
+        steps,
         seed: mutant.seed,
         outItf: `${dir}/trace_{seq}.itf.json`,
       });
@@ -220,7 +238,7 @@ export async function runSemaphoreMutants(only?: ReadonlySet<string>): Promise<n
         missed++;
         const found = result.violated ? `only ${result.which.join(", ")}` : "nothing";
         console.log(
-          `${name} NOT CAUGHT: ${found} in ${mutant.samples} samples of ${SEMAPHORE_STEPS} ` +
+          `${name} NOT CAUGHT: ${found} in ${mutant.samples} samples of ${steps} ` +
             `steps (${took}) — ${mutant.fault}`,
         );
       }

@@ -32,7 +32,7 @@ export const SAFETY = [
   "TermsIncrease",
 ];
 
-/** A scenario of spec/redlock.qnt: a set-up world and the steps that go on from it. */
+/** A scenario of a model: a set-up world and the steps that go on from it. */
 export interface Scenario {
   /** Its init action. */
   readonly init: string;
