@@ -188,6 +188,40 @@ export function watch(entry: Pending, t: number, slack = 0): void {
   if (entry.deadline + slack < sweeperAt) arm(dueAt(entry, t), t);
 }
 
+/**
+ * Sends to every member at once; each reply goes to `answer`, each failure
+ * (a rejection or a throw while sending) to `fail`.
+ */
+export function sendAll(
+  members: readonly Member[],
+  send: (member: Member) => Promise<unknown>,
+  answer: (member: Member, reply: unknown) => void,
+  fail: (member: Member, error: Error) => void,
+): void {
+  for (const member of members) {
+    let request: Promise<unknown>;
+    try {
+      request = send(member);
+    } catch (error) {
+      request = Promise.reject(error);
+    }
+    request.then((reply) => answer(member, reply), (error) => fail(member, toError(error)));
+  }
+}
+
+/**
+ * Calls `abort` once `signal` aborts, also when a client aborted it while
+ * the requests were sent; returns the listener, to remove once settled.
+ */
+export function listenAbort(signal: AbortSignal, abort: () => void): () => void {
+  signal.addEventListener("abort", abort, { once: true });
+  if (signal.aborted) {
+    signal.removeEventListener("abort", abort);
+    abort();
+  }
+  return abort;
+}
+
 /** Takes `entry` out of the list (nothing when it is not in it). */
 export function unwatch(entry: Pending): void {
   if (!listed(entry)) return;
@@ -298,18 +332,9 @@ class Round<T, R> implements Pending, Tally<T> {
     const start = options.start ?? now();
     this.deadline = start + options.timeout;
     // Requests first: the rest is done while they are in flight.
-    for (const member of members) {
-      let request: Promise<unknown>;
-      try {
-        request = send(member);
-      } catch (error) {
-        request = Promise.reject(error);
-      }
-      request.then(
-        (value) => this.#answer(member, value),
-        (error) => this.#fail(member, toError(error)),
-      );
-    }
+    sendAll(members, send, (member, value) => this.#answer(member, value), (member, error) => {
+      this.#fail(member, error);
+    });
     this.promise = new Promise((resolve, reject) => {
       this.#resolve = resolve;
       this.#reject = reject;
@@ -317,7 +342,7 @@ class Round<T, R> implements Pending, Tally<T> {
     watch(this, start);
     const { signal } = options;
     if (signal !== undefined) {
-      this.#onAbort = () => {
+      this.#onAbort = listenAbort(signal, () => {
         if (this.#settled) return;
         this.#finish();
         try {
@@ -325,10 +350,7 @@ class Round<T, R> implements Pending, Tally<T> {
         } finally {
           this.#reject(signal.reason);
         }
-      };
-      signal.addEventListener("abort", this.#onAbort, { once: true });
-      // A client that aborted it while sending.
-      if (signal.aborted) this.#onAbort();
+      });
     }
   }
 

@@ -6,7 +6,16 @@
 
 import type { ExecutionStats } from "../api/errors.ts";
 import { RequestTimeoutError } from "../api/errors.ts";
-import { type Member, type Pending, type Tally, toError, unwatch, watch } from "./round.ts";
+import {
+  listenAbort,
+  type Member,
+  type Pending,
+  sendAll,
+  type Tally,
+  toError,
+  unwatch,
+  watch,
+} from "./round.ts";
 import { type Conflict, VotesAgainst } from "./votes.ts";
 import { now } from "../util/time.ts";
 
@@ -146,19 +155,9 @@ export class VoteRound<R> implements Pending {
     this.start = call.start;
     this.deadline = call.start + call.timeout;
     // Requests first: the rest is done while they are in flight.
-    const { send } = call;
-    for (const member of members) {
-      let request: Promise<unknown>;
-      try {
-        request = send(member);
-      } catch (error) {
-        request = Promise.reject(error);
-      }
-      request.then(
-        (reply) => this.#answer(member, reply),
-        (error) => this.#fail(member, toError(error)),
-      );
-    }
+    sendAll(members, call.send, (member, reply) => this.#answer(member, reply), (member, error) => {
+      this.#fail(member, error);
+    });
     this.promise = new Promise((resolve, reject) => {
       this.#resolve = resolve;
       this.#reject = reject;
@@ -169,7 +168,7 @@ export class VoteRound<R> implements Pending {
   }
 
   #listen(signal: AbortSignal): void {
-    this.#onAbort = () => {
+    this.#onAbort = listenAbort(signal, () => {
       if (this.#settled) return;
       this.#finish();
       try {
@@ -177,10 +176,7 @@ export class VoteRound<R> implements Pending {
       } finally {
         this.#reject(signal.reason);
       }
-    };
-    signal.addEventListener("abort", this.#onAbort, { once: true });
-    // A client that aborted it while sending.
-    if (signal.aborted) this.#onAbort();
+    });
   }
 
   expire(): void {
