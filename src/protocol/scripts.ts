@@ -262,18 +262,23 @@ export type ReleaseMode = typeof RELEASE_MODE[keyof typeof RELEASE_MODE];
  */
 export const RELEASE: LuaScript = script(
   "release",
-  `-- The usual release: one key the value holds, nobody queued for it.
-if #KEYS == 2 and not ARGV[3] and redis.call("GET", KEYS[1]) == ARGV[1]
-  and redis.call("EXISTS", KEYS[2]) == 0 then
-  redis.call("DEL", KEYS[1])
-  return 1
-end
-local n = #KEYS / 2
+  `local n = #KEYS / 2
 local value, mode = ARGV[1], ARGV[3] or "${RELEASE_MODE.release}"
-local giveWay = mode == "${RELEASE_MODE.giveWay}"
-local stays = giveWay or mode == "${RELEASE_MODE.keepPlace}"
 local queued = redis.call("EXISTS", unpack(KEYS, n + 1, 2 * n)) > 0
 local count = 0
+if not queued and mode == "${RELEASE_MODE.release}" then
+  -- The usual release, nobody queued: the keys held or reserved go in one DEL.
+  local freed = {}
+  for i = 1, n do
+    local holder = redis.call("GET", KEYS[i])
+    if holder == value then count = count + 1 end
+    if holder == value or holder == "${RESERVED}" .. value then freed[#freed + 1] = KEYS[i] end
+  end
+  if #freed > 0 then redis.call("DEL", unpack(freed)) end
+  return count
+end
+local giveWay = mode == "${RELEASE_MODE.giveWay}"
+local stays = giveWay or mode == "${RELEASE_MODE.keepPlace}"
 for i = 1, n do
   local key, queue = KEYS[i], KEYS[n + i]
   local holder = redis.call("GET", key)
