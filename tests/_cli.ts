@@ -4,7 +4,7 @@
  */
 
 import { fileURLToPath } from "node:url";
-import { type RedisServers, sleep } from "./_redis.ts";
+import { keysLeft, type RedisServers, sleep } from "./_redis.ts";
 
 export const CLI: string = fileURLToPath(new URL("../cli.ts", import.meta.url));
 const decoder = new TextDecoder();
@@ -74,6 +74,17 @@ export function cli(
   options: SpawnOptions = {},
 ): Promise<Outcome> {
   return outcome(spawnCli(servers, args, options));
+}
+
+/**
+ * `redlock status NAME` once no server holds the key NAME, or as it is
+ * after 2 s: a release settles on a quorum, and its request to the last
+ * server may land after the CLI has exited. The lock's lease must be longer
+ * than 2 s, so that only a release can free the key in that time.
+ */
+export async function statusAfterRelease(servers: RedisServers, name: string): Promise<Outcome> {
+  await keysLeft(servers, name);
+  return await cli(servers, ["status", name]);
 }
 
 export async function withTempDir(fn: (dir: string) => Promise<void>): Promise<void> {

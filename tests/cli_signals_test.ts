@@ -6,6 +6,7 @@ import {
   outcome,
   running,
   spawnCli,
+  statusAfterRelease,
   waitForLines,
   waitGone,
   withTempDir,
@@ -49,7 +50,7 @@ Deno.test("cli run: SIGHUP, SIGINT, SIGQUIT and SIGTERM stop the command's whole
         assert.equal(running(shell!), false, `${signal}: the shell was stopped`);
         assert.equal(running(sleep!), false, `${signal}: its sleep was stopped`);
         assert.deepEqual(await lines(`${dir}/after`), []);
-        const status = await cli(servers, ["status", name]);
+        const status = await statusAfterRelease(servers, name);
         assert.match(
           status.stdout,
           new RegExp(`^${name}: free\n`),
@@ -183,7 +184,7 @@ Deno.test("cli lead: SIGHUP and SIGQUIT stop the command's group, release the lo
         const { code, stderr } = await outcome(child);
         assert.equal(code, 0, `${signal}: ${stderr}`);
         await waitGone(sleep!, 1_000);
-        const status = await cli(servers, ["status", "cron"]);
+        const status = await statusAfterRelease(servers, "cron");
         // lead takes fencing tokens (its terms): the counter stays
         assert.match(
           status.stdout,

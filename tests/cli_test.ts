@@ -2,7 +2,16 @@ import assert from "node:assert/strict";
 import { Redlock } from "../mod.ts";
 import config from "../deno.json" with { type: "json" };
 import { connectAll, startServers } from "./_redis.ts";
-import { cli, lines, type Outcome, outcome, spawnCli, waitForLines, withTempDir } from "./_cli.ts";
+import {
+  cli,
+  lines,
+  type Outcome,
+  outcome,
+  spawnCli,
+  statusAfterRelease,
+  waitForLines,
+  withTempDir,
+} from "./_cli.ts";
 
 Deno.test("cli --help of each command lists its options and only its own exit statuses", async () => {
   const help = async (args: string[]) => {
@@ -126,7 +135,7 @@ Deno.test("cli run passes the command's status through; status tells held and fr
   await using servers = await startServers(3);
   assert.equal((await cli(servers, ["run", "job", "--", "sh", "-c", "exit 7"])).code, 7);
   assert.equal((await cli(servers, ["run", "job", "--", "sh", "-c", "kill -TERM $$"])).code, 143);
-  const free = await cli(servers, ["status", "job"]);
+  const free = await statusAfterRelease(servers, "job");
   assert.equal(free.code, 0);
   assert.match(free.stdout, /^job: free\n/);
 
