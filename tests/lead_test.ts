@@ -34,6 +34,23 @@ Deno.test("lead() rejects bad arguments before any request", async () => {
   assert.equal(calls, 0);
 });
 
+Deno.test("using() rejects options given after the routine, before any request", async () => {
+  let calls = 0;
+  const redlock = new Redlock([{ evalScript: () => Promise.resolve(calls++) }]);
+  const routine = () => "ran";
+  const late = { signal: AbortSignal.abort(), timout: 5 };
+  const message =
+    /using\(\) takes its options before the routine .*got a routine, then a plain object/;
+  // deno-lint-ignore no-explicit-any
+  const loose = (f: (...args: any[]) => Promise<unknown>) => f;
+  await assert.rejects(loose(redlock.using.bind(redlock))("a", 1_000, routine, late), message);
+  const semaphore = redlock.semaphore("s", { permits: 2 });
+  await assert.rejects(loose(semaphore.using.bind(semaphore))(1_000, routine, late), message);
+  const doc = redlock.readWriteLock("d");
+  await assert.rejects(loose(doc.using.bind(doc))("read", 1_000, routine, late), message);
+  assert.equal(calls, 0);
+});
+
 Deno.test("lead() reports a routine's error, backs off, and leads again with a higher term", async () => {
   await using env = await setup("ioredis", 3);
   await using redlock = new Redlock(env.clients, { retryDelay: 150, retryJitter: 0 });

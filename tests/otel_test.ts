@@ -191,7 +191,7 @@ Deno.test("instrument() rejects what is no Redlock and bad options", () => {
   const redlock = new Redlock([{ evalScript: () => Promise.resolve(0) }]);
   assert.throws(() => instrument({} as Redlock), {
     name: "TypeError",
-    message: "redlock must be a Redlock, got an object Object",
+    message: "redlock must be a Redlock, got a plain object",
   });
   assert.throws(() => instrument(redlock, { spanResource: true } as never), {
     name: "TypeError",

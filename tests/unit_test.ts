@@ -9,7 +9,13 @@ import { Conflict, VotesAgainst } from "../src/quorum/votes.ts";
 import { type Electorate, type VoteBallot, VoteRound } from "../src/quorum/vote_round.ts";
 import { AttemptLog } from "../src/acquire/attempts.ts";
 import { missingPermission } from "../src/api/errors.ts";
-import { LockConflictError, Redlock, RequestTimeoutError, type ScriptClient } from "../mod.ts";
+import {
+  ExecutionError,
+  LockConflictError,
+  Redlock,
+  RequestTimeoutError,
+  type ScriptClient,
+} from "../mod.ts";
 
 async function subtleSha1(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-1", new TextEncoder().encode(text));
@@ -583,4 +589,21 @@ Deno.test("missingPermission() reads NOPERM and a script's ACL refusals, nothing
     undefined,
   );
   assert.equal(of("BUSY Redis is busy running a script"), undefined);
+});
+
+Deno.test("an acquire whose quorum came after its lease was used up says so", async () => {
+  // Every server votes for, 20 ms later: a 5 ms lease is used up by then.
+  const slow = { evalScript: () => delay(20).then(() => 0) };
+  const redlock = new Redlock([slow], { retryCount: 0 });
+  await assert.rejects(
+    redlock.acquire("a", 5),
+    (error: unknown) => {
+      assert.ok(error instanceof ExecutionError);
+      assert.match(
+        error.message,
+        /1 of 1 servers for, quorum 1, but too little of the lease was left/,
+      );
+      return true;
+    },
+  );
 });

@@ -22,7 +22,10 @@
 export class RedlockErrorEvent extends Event {
   /** What went wrong. */
   readonly error: Error;
-  /** The index of the failing server in the Redlock's client list. */
+  /**
+   * The index of the failing server in the Redlock's client list; -1 for a
+   * failure not tied to one server that no call could throw (see `reportError()`).
+   */
   readonly server: number;
   readonly #client: object;
 

@@ -41,8 +41,13 @@ function describe(attempts: readonly ExecutionStats[]): string {
   const against = [...last.votesAgainst]
     .map(([server, error]) => `server ${server}: ${error.name}: ${error.message}`)
     .join("; ");
+  // Enough votes for, yet failed: the lease was used up before the round settled.
+  const late = last.votesFor.length >= last.quorumSize
+    ? ", but too little of the lease was left once it did (a lease must outlast the round and " +
+      "the drift allowance)"
+    : "";
   return `${attempts.length} attempt(s); the last had ${last.votesFor.length} of ` +
-    `${last.membershipSize} servers for, quorum ${last.quorumSize}` +
+    `${last.membershipSize} servers for, quorum ${last.quorumSize}${late}` +
     (against ? ` (${against})` : "");
 }
 

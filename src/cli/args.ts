@@ -134,11 +134,13 @@ function checkUrl(url: string): void {
   } catch {
     throw new UsageError(`--redis must be a redis:// or rediss:// URL, got "${redactUrl(url)}"`);
   }
-  if ((parsed.protocol !== "redis:" && parsed.protocol !== "rediss:") || !parsed.hostname) {
+  if (parsed.protocol !== "redis:" && parsed.protocol !== "rediss:") {
     throw new UsageError(
-      `--redis must be a redis:// or rediss:// URL with a host, got "${redactUrl(url)}"`,
+      `--redis must be a redis:// or rediss:// URL, got the scheme "${parsed.protocol}" in ` +
+        `"${redactUrl(url)}"`,
     );
   }
+  if (!parsed.hostname) throw new UsageError(`--redis ${redactUrl(url)} has no host`);
 }
 
 /** The PEM text of `--tls-ca FILE` (or `REDLOCK_TLS_CA`), or undefined when not given. */

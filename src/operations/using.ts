@@ -95,6 +95,13 @@ export function usingArguments<O, R>(optionsOrRoutine: O | R, maybeRoutine: R | 
   O | undefined,
   R,
 ] {
+  if (typeof optionsOrRoutine === "function" && maybeRoutine !== undefined) {
+    // Options after the routine would be ignored: lead() takes them last, using() before.
+    throw new TypeError(
+      `using() takes its options before the routine (…, options, routine); got a routine, ` +
+        `then ${describeValue(maybeRoutine)}`,
+    );
+  }
   const [options, routine] = typeof optionsOrRoutine === "function"
     ? [undefined, optionsOrRoutine as R]
     : [optionsOrRoutine as O, maybeRoutine];

@@ -7,7 +7,9 @@ export function describeValue(value: unknown): string {
   if (typeof value === "bigint") return `${value}n`;
   if (typeof value !== "object" || value === null) return String(value);
   if (Array.isArray(value)) return `an array of ${value.length}`;
-  return `an object ${value.constructor?.name ?? "(no prototype)"}`;
+  const name: unknown = value.constructor?.name;
+  if (name === "Object") return "a plain object";
+  return typeof name === "string" && name !== "" ? `an instance of ${name}` : "an object";
 }
 
 /** Checks `resources` and returns them as a fresh array of unique, non-empty strings. */
