@@ -96,7 +96,7 @@ const plan: Plan = quick
   };
 const reps = intArg(args, "reps", plan.reps);
 const only = args.get("only")?.split(",");
-const PARTS = ["W1", "W2", "W3", "W4", "W5", "W6", "H", "C", "S"];
+const PARTS = [...new Set(ALL_CELLS.map((c) => c.workload)), "H", "C", "S"];
 for (const part of only ?? []) {
   if (!PARTS.includes(part)) {
     throw new RangeError(`--only: "${part}" is not one of ${PARTS.join(", ")} (S runs S1 and S2)`);
