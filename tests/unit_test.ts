@@ -5,7 +5,7 @@ import { drift, MsArg, validUntil } from "../src/util/time.ts";
 import { deadline, delay } from "../src/util/delay.ts";
 import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/protocol/scripts.ts";
 import { Alarm, forgetTimer, IDLE_MS, type Member, round } from "../src/quorum/round.ts";
-import { Conflict, VotesAgainst } from "../src/quorum/votes.ts";
+import { Conflict, freeIn, VotesAgainst } from "../src/quorum/votes.ts";
 import { type Electorate, type VoteBallot, VoteRound } from "../src/quorum/vote_round.ts";
 import { AttemptLog } from "../src/acquire/attempts.ts";
 import { missingPermission } from "../src/api/errors.ts";
@@ -606,4 +606,16 @@ Deno.test("an acquire whose quorum came after its lease was used up says so", as
       return true;
     },
   );
+});
+
+Deno.test("freeIn() waits for as many keys to expire as a quorum lacks votes", () => {
+  // 3 servers held at slightly different times, quorum 2: the second key decides
+  assert.equal(freeIn([390, 388, 395], 2), 390);
+  // one vote for already: the first key to expire is enough
+  assert.equal(freeIn([390, 388], 1), 388);
+  // a failed server may vote for next time, so nothing lacks: still the first key
+  assert.equal(freeIn([390], 0), 390);
+  // fewer keys expire than a quorum lacks (the others never do): the first one
+  assert.equal(freeIn([500, 200], 3), 200);
+  assert.equal(freeIn([], 2), Infinity);
 });

@@ -14,7 +14,7 @@ import {
 import { RedlockErrorEvent } from "../api/error_event.ts";
 import type { LuaScript, ScriptCall } from "../protocol/scripts.ts";
 import { type Member, round, type Tally } from "./round.ts";
-import { Conflict, VotesAgainst } from "./votes.ts";
+import { Conflict, freeIn, VotesAgainst } from "./votes.ts";
 import { type Electorate, VoteRound } from "./vote_round.ts";
 import { hashSlot } from "../protocol/hash_slot.ts";
 import { conflictTtl } from "../protocol/encoding.ts";
@@ -64,7 +64,7 @@ export interface Ballot {
   readonly ok: boolean;
   /** The largest fencing token among the votes for. */
   readonly token: number;
-  /** The shortest positive TTL of a conflicting key, or Infinity. */
+  /** ms until enough conflicting keys expired for a quorum (see `freeIn()`), or Infinity. */
   readonly heldFor: number;
   /** When the round settled (monotonic). */
   readonly end: number;
@@ -287,16 +287,17 @@ export class Servers implements Electorate {
     const votesFor: number[] = [];
     const conflicts: Conflict[] = [];
     let token = 0;
-    let heldFor = Infinity;
+    const ttls: number[] = [];
     for (const [server, vote] of tally.answers) {
       if (typeof vote === "number") {
         votesFor.push(server);
         if (vote > token) token = vote;
       } else {
         conflicts.push(vote);
-        if (vote.ttl > 0 && vote.ttl < heldFor) heldFor = vote.ttl;
+        if (vote.ttl > 0) ttls.push(vote.ttl);
       }
     }
+    const heldFor = freeIn(ttls, this.quorum - votesFor.length - tally.errors.size);
     const stats = {
       membershipSize: this.members.length,
       quorumSize: this.quorum,

@@ -16,7 +16,7 @@ import {
   unwatch,
   watch,
 } from "./round.ts";
-import { type Conflict, VotesAgainst } from "./votes.ts";
+import { type Conflict, freeIn, VotesAgainst } from "./votes.ts";
 import { now } from "../util/time.ts";
 
 /** A server's answer to acquire or extend: for (its fencing token), or a conflict. */
@@ -79,14 +79,16 @@ export class VoteBallot {
     this.#start = round.start;
     this.end = end;
     let token = 0;
-    let heldFor = Infinity;
+    let ttls: number[] | undefined;
     for (const vote of round.votes) {
       if (typeof vote === "number") {
         if (vote > token) token = vote;
-      } else if (vote !== undefined && vote.ttl > 0 && vote.ttl < heldFor) heldFor = vote.ttl;
+      } else if (vote !== undefined && vote.ttl > 0) (ttls ??= []).push(vote.ttl);
     }
     this.token = token;
-    this.heldFor = heldFor;
+    this.heldFor = ttls === undefined
+      ? Infinity
+      : freeIn(ttls, round.electorate.quorum - round.yes - errors.size);
     this.ok = round.yes >= round.electorate.quorum;
   }
 

@@ -8,6 +8,21 @@ export class Conflict {
   constructor(readonly server: number, readonly ttl: number) {}
 }
 
+/**
+ * ms until a quorum could be free: the TTL after which enough of the
+ * conflicting keys have expired to give the votes a round lacked, counting
+ * each failed server as one that may vote for next time. The shortest TTL
+ * when fewer keys expire than that; Infinity when none does.
+ *
+ * @param ttls the positive TTLs of the conflicting keys, in any order
+ * @param lacking how many more votes for a quorum needs
+ */
+export function freeIn(ttls: number[], lacking: number): number {
+  if (ttls.length === 0) return Infinity;
+  ttls.sort((a, b) => a - b);
+  return lacking > ttls.length ? ttls[0]! : ttls[Math.max(lacking, 1) - 1]!;
+}
+
 const NO_FAILURES: ReadonlyMap<number, Error> = new Map();
 
 /**
