@@ -618,4 +618,5 @@ Deno.test("freeIn() waits for as many keys to expire as a quorum lacks votes", (
   // fewer keys expire than a quorum lacks (the others never do): the first one
   assert.equal(freeIn([500, 200], 3), 200);
   assert.equal(freeIn([], 2), Infinity);
+  assert.equal(freeIn(undefined, 2), Infinity);
 });

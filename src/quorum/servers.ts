@@ -287,14 +287,14 @@ export class Servers implements Electorate {
     const votesFor: number[] = [];
     const conflicts: Conflict[] = [];
     let token = 0;
-    const ttls: number[] = [];
+    let ttls: number[] | undefined;
     for (const [server, vote] of tally.answers) {
       if (typeof vote === "number") {
         votesFor.push(server);
         if (vote > token) token = vote;
       } else {
         conflicts.push(vote);
-        if (vote.ttl > 0) ttls.push(vote.ttl);
+        if (vote.ttl > 0) (ttls ??= []).push(vote.ttl);
       }
     }
     const heldFor = freeIn(ttls, this.quorum - votesFor.length - tally.errors.size);

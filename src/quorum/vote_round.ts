@@ -86,9 +86,7 @@ export class VoteBallot {
       } else if (vote !== undefined && vote.ttl > 0) (ttls ??= []).push(vote.ttl);
     }
     this.token = token;
-    this.heldFor = ttls === undefined
-      ? Infinity
-      : freeIn(ttls, round.electorate.quorum - round.yes - errors.size);
+    this.heldFor = freeIn(ttls, round.electorate.quorum - round.yes - errors.size);
     this.ok = round.yes >= round.electorate.quorum;
   }
 

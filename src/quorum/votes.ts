@@ -14,11 +14,12 @@ export class Conflict {
  * each failed server as one that may vote for next time. The shortest TTL
  * when fewer keys expire than that; Infinity when none does.
  *
- * @param ttls the positive TTLs of the conflicting keys, in any order
+ * @param ttls the positive TTLs of the conflicting keys, in any order (sorted
+ * in place), or undefined for none
  * @param lacking how many more votes for a quorum needs
  */
-export function freeIn(ttls: number[], lacking: number): number {
-  if (ttls.length === 0) return Infinity;
+export function freeIn(ttls: number[] | undefined, lacking: number): number {
+  if (ttls === undefined || ttls.length === 0) return Infinity;
   ttls.sort((a, b) => a - b);
   return lacking > ttls.length ? ttls[0]! : ttls[Math.max(lacking, 1) - 1]!;
 }
