@@ -431,6 +431,32 @@ Deno.test("read-write locks reject bad input before any request, leaving nothing
   for (const s of env.servers.servers) assert.equal(await commandCalls(s, "zadd"), 0);
 });
 
+Deno.test("a Redlock's release(), extend(), isValid() and remainingTtl() refuse a read-write lock", async () => {
+  await using env = await setup("ioredis", 3);
+  const redlock = new Redlock(env.clients);
+  const rw = redlock.readWriteLock("doc");
+  for (const mode of ["read", "write"] as const) {
+    const lock = mode === "read" ? await rw.read(5_000) : await rw.write(5_000);
+    const keys = await keysOn(env.servers);
+    const before = await Promise.all(env.servers.servers.map((s) => scriptCalls(s)));
+    const owner = /made by an instance of ReadWriteLock, not a Redlock/;
+    await rejects(() => redlock.release(lock), TypeError, owner);
+    await rejects(() => redlock.extend(lock, 5_000), TypeError, owner);
+    await rejects(() => redlock.isValid(lock), TypeError, owner);
+    assert.throws(() => redlock.remainingTtl(lock), { name: "TypeError", message: owner });
+    assert.deepEqual(
+      await Promise.all(env.servers.servers.map((s) => scriptCalls(s))),
+      before,
+      "no script ran",
+    );
+    assert.equal(await keysOn(env.servers), keys, `the ${mode} lock's keys are all there`);
+    assert.equal(await rw.tryWrite(1_000), null, `the ${mode} lock still holds`);
+    assert.ok(lock.remainingTime > 0);
+    await lock.release();
+  }
+  assert.equal(await keysOn(env.servers), 0);
+});
+
 /** A writer that overlapped anything is reported, and so would be a broken lock (the tracker works). */
 Deno.test("the read-write tracker reports a writer that overlaps a reader", () => {
   const tracker = new Tracker();

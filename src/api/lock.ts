@@ -79,6 +79,9 @@ export interface LockSummary {
   readonly fencingToken?: number;
 }
 
+/** Reads a Lock's owner (set in the class's static block). */
+let ownerOfLock: (lock: Lock) => LockOwner;
+
 /** `list` itself when it is frozen already, else a frozen copy. */
 function frozen<T>(list: readonly T[]): readonly T[] {
   return Object.isFrozen(list) ? list : Object.freeze([...list]);
@@ -103,6 +106,10 @@ function frozen<T>(list: readonly T[]): readonly T[] {
  * ```
  */
 export class Lock implements AsyncDisposable {
+  static {
+    ownerOfLock = (lock) => lock.#owner;
+  }
+
   /** The locked resources (Redis keys). */
   readonly resources: readonly string[];
   /**
@@ -314,6 +321,11 @@ export class Lock implements AsyncDisposable {
   ): string {
     return `Lock ${inspect(this.toJSON(), options)}`;
   }
+}
+
+/** What made `lock`, and releases and extends it. */
+export function ownerOf(lock: Lock): LockOwner {
+  return ownerOfLock(lock);
 }
 
 /** Checks that `lock` is a Lock. */

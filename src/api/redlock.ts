@@ -8,7 +8,7 @@
 
 import type { RedisClient } from "../clients/clients.ts";
 import type { ExecutionResult } from "./errors.ts";
-import { checkLock, type Lock, type LockOwner } from "./lock.ts";
+import { checkLock, type Lock, type LockOwner, ownerOf } from "./lock.ts";
 import { RedlockEvents } from "./redlock_events.ts";
 import { showSummary } from "./summary.ts";
 import type {
@@ -34,7 +34,7 @@ import { lead, type LeadOptions, type LeadRoutine } from "../primitives/lead.ts"
 import { ReadWriteLock } from "../primitives/read_write.ts";
 import { Semaphore, type SemaphoreOptions } from "../primitives/semaphore.ts";
 import { show } from "../quorum/servers.ts";
-import { checkResource } from "../util/validate.ts";
+import { checkResource, describeValue } from "../util/validate.ts";
 
 /** What a Redlock shows of itself in logs: never its clients. */
 export interface RedlockSummary {
@@ -191,7 +191,8 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * @param lock The lock.
    * @param options Per-call overrides.
    * @returns The stats of the release.
-   * @throws {TypeError} When `lock` is not a Lock, or an option is unknown.
+   * @throws {TypeError} When `lock` is not a Redlock's Lock (a read-write lock's goes to its
+   * `ReadWriteLock`), or an option is unknown.
    * @throws {ExecutionError} When a quorum of servers could not be reached.
    *
    * @example Releasing
@@ -204,7 +205,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
   release(lock: Lock, options?: ReleaseOptions): Promise<ExecutionResult> {
     let timeout: number;
     try {
-      checkLock(lock);
+      checkPlainLock(lock);
       timeout = releaseSettings(options, this.#context.settings).requestTimeout;
     } catch (error) {
       return Promise.reject(error);
@@ -234,6 +235,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```
    */
   async extend(lock: Lock, duration: number, options?: ExtendOptions): Promise<Lock> {
+    checkPlainLock(lock);
     const request = checkExtend(this.#context, lock, duration, options, KNOWN.extend);
     return await extendLock(this.#context, { ...request, owner: this });
   }
@@ -341,7 +343,8 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * @param lock The lock.
    * @param options Per-call overrides.
    * @returns True while the lock holds.
-   * @throws {TypeError} When `lock` is not a Lock, or an option is unknown.
+   * @throws {TypeError} When `lock` is not a Redlock's Lock (a read-write lock's goes to its
+   * `ReadWriteLock`), or an option is unknown.
    * @throws {ExecutionError} When too few servers answered to tell.
    *
    * @example Checking before a write
@@ -352,7 +355,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```
    */
   async isValid(lock: Lock, options?: InspectOptions): Promise<boolean> {
-    checkLock(lock);
+    checkPlainLock(lock);
     if (lock.remainingTime <= 0) return false;
     const question = {
       keys: lock.resources,
@@ -371,7 +374,8 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * @param lock The lock.
    * @param options Per-call overrides.
    * @returns The ms left, or `null` when the lock is not ours on a quorum.
-   * @throws {TypeError} When `lock` is not a Lock, or an option is unknown.
+   * @throws {TypeError} When `lock` is not a Redlock's Lock (a read-write lock's goes to its
+   * `ReadWriteLock`), or an option is unknown.
    * @throws {ExecutionError} When too few servers answered to tell.
    *
    * @example Remaining time
@@ -382,7 +386,7 @@ export class Redlock extends RedlockEvents implements LockOwner {
    * ```
    */
   remainingTtl(lock: Lock, options?: InspectOptions): Promise<number | null> {
-    checkLock(lock);
+    checkPlainLock(lock);
     const what = "remainingTtl(lock)";
     const question = { keys: lock.resources, value: lock.value, what, everyServer: true };
     return inspectFor(this.#context, question, options);
@@ -518,3 +522,18 @@ export class Redlock extends RedlockEvents implements LockOwner {
 }
 
 showSummary(Redlock, "Redlock");
+
+/**
+ * Checks that `lock` is a Lock a Redlock made (a plain lock or a permit):
+ * a read-write lock's keys and scripts are its own, and only its
+ * `ReadWriteLock` can release or extend it.
+ */
+function checkPlainLock(lock: unknown): void {
+  const owner = ownerOf(checkLock(lock));
+  if (!(owner instanceof Redlock)) {
+    throw new TypeError(
+      `lock was made by ${describeValue(owner)}, not a Redlock: release and extend it through ` +
+        "its owner (lock.release(), lock.extend())",
+    );
+  }
+}
