@@ -93,6 +93,28 @@ Deno.test("a Redlock makes no lifecycle event while nobody listens", async () =>
   assert.deepEqual(dispatched, ["released"]);
 });
 
+Deno.test("a listener added with and without capture still hears events after one is removed", async () => {
+  await using env = await setup("ioredis", 1);
+  await using redlock = new Redlock(env.clients);
+  let heard = 0;
+  const listener = () => heard++;
+  redlock.addEventListener("acquired", listener, true);
+  redlock.addEventListener("acquired", listener, { capture: false });
+  redlock.removeEventListener("acquired", listener, { capture: true });
+  await (await redlock.acquire("capture", 5_000)).release();
+  assert.equal(heard, 1, "the listener without capture is still there");
+  redlock.removeEventListener("acquired", listener, { capture: true });
+  await (await redlock.acquire("capture", 5_000)).release();
+  assert.equal(heard, 2, "removing the gone capture listener again changes nothing");
+  redlock.removeEventListener("acquired", listener);
+  const dispatched: string[] = [];
+  const dispatch = redlock.dispatchEvent.bind(redlock);
+  redlock.dispatchEvent = (event: Event) => (dispatched.push(event.type), dispatch(event));
+  await (await redlock.acquire("capture", 5_000)).release();
+  assert.equal(heard, 2);
+  assert.deepEqual(dispatched, [], "no event made once both are gone");
+});
+
 Deno.test("on() rejects an unknown event type, naming the types", () => {
   const redlock = new Redlock([{ evalScript: () => Promise.resolve(0) }]);
   assert.throws(() => redlock.on("aquired" as never, () => {}), {

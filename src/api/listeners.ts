@@ -19,38 +19,54 @@ const EVENT_TYPES: ReadonlySet<string> = new Set<keyof RedlockEventMap>([
 ]);
 
 /**
- * The listeners of one event target, by type. A `once` listener maps to the
+ * The listeners of one event target, by type and, as the platform tells
+ * them apart, by their capture flag. A `once` listener maps to the
  * listener that forgets it after its event (see `RedlockEvents`).
  */
 export class Listeners {
-  readonly #byType = new Map<string, Map<unknown, EventListener | undefined>>();
+  /** By type: the listeners without capture, then those with it. */
+  readonly #byType = new Map<string, [ListenerMap, ListenerMap]>();
 
-  /** Whether `listener` is listed for `type`. */
-  listed(type: string, listener: unknown): boolean {
-    return this.#byType.get(type)?.has(listener) === true;
+  /** Whether `listener` is listed for `type` with `capture`. */
+  listed(type: string, listener: unknown, capture: boolean): boolean {
+    return this.#byType.get(type)?.[+capture]!.has(listener) === true;
   }
 
   /** A listener of `type` was added; `forget` is what forgets a `once` listener. */
-  added(type: string, listener: unknown, forget: EventListener | undefined): void {
-    let listeners = this.#byType.get(type);
-    if (listeners === undefined) this.#byType.set(type, listeners = new Map());
-    listeners.set(listener, forget);
+  added(
+    type: string,
+    listener: unknown,
+    capture: boolean,
+    forget: EventListener | undefined,
+  ): void {
+    let lists = this.#byType.get(type);
+    if (lists === undefined) this.#byType.set(type, lists = [new Map(), new Map()]);
+    lists[+capture]!.set(listener, forget);
   }
 
   /** A listener of `type` was removed; returns what forgot it if it was `once`. */
-  removed(type: string, listener: unknown): EventListener | undefined {
-    const listeners = this.#byType.get(type);
-    const forget = listeners?.get(listener);
-    listeners?.delete(listener);
+  removed(type: string, listener: unknown, capture: boolean): EventListener | undefined {
+    const list = this.#byType.get(type)?.[+capture];
+    const forget = list?.get(listener);
+    list?.delete(listener);
     return forget;
   }
 
   /** Whether anybody listens for `type`. */
   has(type: string): boolean {
     if (this.#byType.size === 0) return false;
-    const listeners = this.#byType.get(type);
-    return listeners !== undefined && listeners.size > 0;
+    const lists = this.#byType.get(type);
+    return lists !== undefined && (lists[0].size > 0 || lists[1].size > 0);
   }
+}
+
+type ListenerMap = Map<unknown, EventListener | undefined>;
+
+/** The capture flag of a listener's options, as `addEventListener()` reads it. */
+export function captureOf(options: boolean | EventListenerOptions | undefined): boolean {
+  return typeof options === "object" && options !== null
+    ? options.capture === true
+    : options === true;
 }
 
 /** A listener of `on()`: the error and its event for `"error"`, else the event. */

@@ -8,7 +8,7 @@
 
 import { RedlockErrorEvent } from "./error_event.ts";
 import type { RedlockEventMap } from "./events.ts";
-import { Listeners, on, type OnListener } from "./listeners.ts";
+import { captureOf, Listeners, on, type OnListener } from "./listeners.ts";
 
 /** The listeners of each RedlockEvents, for the lifecycle of its operations. */
 let listenersOf: (target: RedlockEvents) => Listeners;
@@ -92,18 +92,20 @@ export class RedlockEvents extends EventTarget {
     options?: boolean | AddEventListenerOptions,
   ): void {
     super.addEventListener(type, listener, options);
-    const { once = false, signal } = typeof options === "object" ? options : {};
+    const { once = false, signal } = typeof options === "object" && options !== null ? options : {};
+    const capture = captureOf(options);
     // The platform drops these without calling removeEventListener(): the
     // list must not keep them, or events would be made for nobody.
     if (listener === null || signal?.aborted) return;
-    if (this.#listeners.listed(type, listener)) return; // added already: the platform ignored it
+    // Added already (same type, listener and capture): the platform ignored it.
+    if (this.#listeners.listed(type, listener, capture)) return;
     let forget: EventListener | undefined;
     if (once) {
-      forget = () => this.#listeners.removed(type, listener);
+      forget = () => this.#listeners.removed(type, listener, capture);
       super.addEventListener(type, forget, { once: true });
     }
-    this.#listeners.added(type, listener, forget);
-    signal?.addEventListener("abort", () => this.removeEventListener(type, listener), {
+    this.#listeners.added(type, listener, capture, forget);
+    signal?.addEventListener("abort", () => this.removeEventListener(type, listener, { capture }), {
       once: true,
     });
   }
@@ -121,7 +123,7 @@ export class RedlockEvents extends EventTarget {
     options?: boolean | EventListenerOptions,
   ): void {
     super.removeEventListener(type, listener, options);
-    const forget = this.#listeners.removed(type, listener);
+    const forget = this.#listeners.removed(type, listener, captureOf(options));
     if (forget !== undefined) super.removeEventListener(type, forget);
   }
 
