@@ -129,6 +129,44 @@ const NOSCRIPT = /(?:^|: |(?:^|\s)-\s?)(?:NOSCRIPT|NoScriptError)\b/;
 
 type Plain = Pick<ScriptClient, "setIfAbsent" | "pttl">;
 
+/** What stands for a hidden argument in a client's error. */
+const HIDDEN = "[hidden]";
+
+/**
+ * Arguments at least this long are hidden in errors: lock values (a
+ * Redlock's id and more), never a lease, count or mode.
+ */
+const SECRET_LENGTH = 16;
+
+/**
+ * Hides the long ones among `args` (a lock's value: whoever knows it can
+ * release the lock) in `error` as clients report a failed command: in its
+ * message and stack (Upstash writes "command was: […]"), and in ioredis's
+ * `command.args`. Keys, leases and modes stay. Returns `error`.
+ *
+ * @param error What the client rejected with.
+ * @param args The command's arguments past its keys.
+ * @returns The same error, with the values hidden.
+ */
+export function hideValues(error: unknown, args: readonly string[]): unknown {
+  if (!(error instanceof Error)) return error;
+  const secrets = args.filter((arg) => arg.length >= SECRET_LENGTH);
+  if (secrets.length === 0) return error;
+  const hide = (text: string) => secrets.reduce((t, secret) => t.replaceAll(secret, HIDDEN), text);
+  const { message, stack } = error;
+  if (secrets.some((secret) => message.includes(secret))) error.message = hide(message);
+  if (typeof stack === "string" && secrets.some((secret) => stack.includes(secret))) {
+    error.stack = hide(stack);
+  }
+  const command = (error as { command?: { args?: unknown } }).command;
+  if (typeof command === "object" && command !== null && Array.isArray(command.args)) {
+    command.args = command.args.map((arg) =>
+      typeof arg === "string" && secrets.includes(arg) ? HIDDEN : arg
+    );
+  }
+  return error;
+}
+
 function withFallback(
   client: object,
   cluster: boolean,
@@ -146,8 +184,10 @@ function withFallback(
         return Promise.reject(error);
       }
       return reply.catch((error) => {
-        if (!isNoScript(error)) throw error;
-        return full(script, keys, args);
+        if (!isNoScript(error)) throw hideValues(error, args);
+        return full(script, keys, args).catch((error) => {
+          throw hideValues(error, args);
+        });
       });
     },
     ...plain,
@@ -202,7 +242,10 @@ export function ioredisClient(client: IoredisLike): ScriptClient {
     (s, keys, args) => c.eval(s.source, keys.length, keys, args),
     typeof set === "function" && typeof pttl === "function"
       ? {
-        setIfAbsent: (key, value, ms) => set.call(c, key, value, "PX", ms, "NX").then(wasSet),
+        setIfAbsent: (key, value, ms) =>
+          set.call(c, key, value, "PX", ms, "NX").then(wasSet, (error) => {
+            throw hideValues(error, [value]);
+          }),
         pttl: (key) => pttl.call(c, key).then(toTtl),
       }
       : {},
@@ -356,7 +399,9 @@ function commandClient(
     (s, keys, args) => call("EVAL", s, keys, args),
     {
       setIfAbsent: (key, value, ms) =>
-        send(["SET", key, value, "PX", lease.of(ms), "NX"], key).then(wasSet),
+        send(["SET", key, value, "PX", lease.of(ms), "NX"], key).then(wasSet, (error) => {
+          throw hideValues(error, [value]);
+        }),
       pttl: (key) => send(["PTTL", key], key).then(toTtl),
     },
   );
