@@ -29,7 +29,7 @@ export class Listeners {
 
   /** Whether `listener` is listed for `type` with `capture`. */
   listed(type: string, listener: unknown, capture: boolean): boolean {
-    return this.#byType.get(type)?.[+capture]!.has(listener) === true;
+    return this.#byType.get(type)?.[+capture]?.has(listener) === true;
   }
 
   /** A listener of `type` was added; `forget` is what forgets a `once` listener. */
