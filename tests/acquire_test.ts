@@ -182,6 +182,37 @@ for (const kind of KINDS) {
     },
   );
 
+  Deno.test(
+    `[${kind}] a request a settled round left behind is reported as timed out at its deadline`,
+    async () => {
+      await using env = await setup(kind, 3);
+      const paused = env.servers.servers[2]!;
+      await using redlock = new Redlock(env.clients, { requestTimeout: 300, retryCount: 0 });
+      const timeouts: { server: number; timeout: number }[] = [];
+      redlock.on("error", (error) => {
+        if (error instanceof RequestTimeoutError) timeouts.push(error);
+      });
+      await paused.pause();
+      try {
+        // acquire and release: vote rounds; isValid(): a round of INSPECT
+        const lock = await redlock.acquire("left-behind", 5_000);
+        assert.equal(await redlock.isValid(lock), true);
+        await lock.release();
+        assert.deepEqual(timeouts, [], "nothing is due before the deadline");
+        await sleep(700);
+        assert.deepEqual(
+          timeouts.map(({ server, timeout }) => ({ server, timeout })),
+          [0, 1, 2].map(() => ({ server: 2, timeout: 300 })),
+          "one timeout per round, for the paused server",
+        );
+      } finally {
+        await paused.resume();
+      }
+      await sleep(100);
+      assert.equal(timeouts.length, 3, "the late replies add none");
+    },
+  );
+
   Deno.test(`[${kind}] acquire() still works after SCRIPT FLUSH on every server`, async () => {
     await using env = await setup(kind, 3);
     const redlock = new Redlock(env.clients);

@@ -4,7 +4,7 @@ import { hashSlot } from "../src/protocol/hash_slot.ts";
 import { drift, MsArg, validUntil } from "../src/util/time.ts";
 import { deadline, delay } from "../src/util/delay.ts";
 import { ACQUIRE, EXTEND, INSPECT, RELEASE } from "../src/protocol/scripts.ts";
-import { Alarm, forgetTimer, IDLE_MS, type Member, round } from "../src/quorum/round.ts";
+import { Alarm, forgetTimer, IDLE_MS, inFlight, type Member, round } from "../src/quorum/round.ts";
 import { Conflict, freeIn, VotesAgainst } from "../src/quorum/votes.ts";
 import { type Electorate, type VoteBallot, VoteRound } from "../src/quorum/vote_round.ts";
 import { AttemptLog } from "../src/acquire/attempts.ts";
@@ -93,7 +93,14 @@ function member(index: number, ms: number): Member {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Counts the timers made through the global functions that are still pending. */
-function watchTimers(): { live: () => number; made: () => number; restore: () => void } {
+async function watchTimers(): Promise<
+  { live: () => number; made: () => number; restore: () => void }
+> {
+  // A round of an earlier test still waits for a request (its deadline reports it): let it end,
+  // then the sweeper's last tick.
+  for (let waited = 0; inFlight() > 0 && waited < 30_000; waited += 50) await sleep(50);
+  assert.equal(inFlight(), 0, "a round of an earlier test is still in flight");
+  await sleep(3 * IDLE_MS);
   // a timer the sweeper kept from an earlier test would be set again unseen
   forgetTimer();
   const saved = { setTimeout, clearTimeout };
@@ -126,7 +133,7 @@ function watchTimers(): { live: () => number; made: () => number; restore: () =>
 }
 
 Deno.test("round() times out each round at its own deadline and leaves no timer behind once idle", async () => {
-  const timers = watchTimers();
+  const timers = await watchTimers();
   try {
     const errors: [number, string][] = [];
     const options = (timeout: number) => ({
@@ -179,7 +186,7 @@ Deno.test("round(): rounds for several IDLE_MS in a row share one timer, which s
     client: { evalScript: () => Promise.resolve(0) },
     runner: { evalScript: () => new Promise((resolve) => unwatched(() => resolve(0), 3)) },
   };
-  const timers = watchTimers();
+  const timers = await watchTimers();
   try {
     const options = (timeout: number) => ({ timeout, done: () => false, onError: () => {} });
     const send = (m: Member) => m.runner.evalScript(RELEASE, [], []);
@@ -332,7 +339,7 @@ Deno.test("round() calls aborted() once when its signal aborts it, before it rej
 
 Deno.test("round() sends before it sets its timer, and rejects when a send aborts its signal", async () => {
   await sleep(3 * IDLE_MS); // no sweeper left from an earlier round
-  const timers = watchTimers();
+  const timers = await watchTimers();
   const controller = new AbortController();
   const events: string[] = [];
   try {
@@ -367,7 +374,7 @@ class CallbackAlarm extends Alarm {
 }
 
 Deno.test("Alarm fires once at its deadline, moves, cancels, and shares the one sweeper", async () => {
-  const timers = watchTimers();
+  const timers = await watchTimers();
   try {
     const fired: string[] = [];
     const start = performance.now();
@@ -404,7 +411,7 @@ Deno.test("Alarm fires once at its deadline, moves, cancels, and shares the one 
 });
 
 Deno.test("a long Alarm alone costs one timer, and none once cancelled", async () => {
-  const timers = watchTimers();
+  const timers = await watchTimers();
   try {
     /** Resolves when `alarm` fires, or rejects after 5 s (one more timer, cleared). */
     const firing = (set: (fire: () => void) => void) =>

@@ -138,6 +138,13 @@ export function forgetTimer(): void {
   if (sweeper !== tick) tick = undefined;
 }
 
+/** How many rounds and alarms the sweeper's list holds (for tests that count timers). */
+export function inFlight(): number {
+  let count = 0;
+  for (let entry = first; entry !== undefined; entry = entry.next) count++;
+  return count;
+}
+
 /** Clears a timer of the sweeper (a cleared one cannot be set again). */
 function stop(timer: ReturnType<typeof setTimeout>): void {
   clearTimeout(timer);
@@ -286,7 +293,8 @@ export abstract class Alarm implements Pending {
  * says so, or when every request has answered, failed or timed out. All
  * requests start together, so one deadline bounds them all (kept by the
  * shared sweeper above). A request still in flight when the round settles is
- * left to its client, and a later failure of it still reaches `onError`. An
+ * left to its client; a later failure of it still reaches `onError`, and so
+ * does its timeout when it has not answered by the deadline. An
  * abort rejects at once with `signal.reason`. (Give `settle` whenever `R` is
  * not the tally.)
  */
@@ -319,6 +327,10 @@ class Round<T, R> implements Pending, Tally<T> {
   #reject!: (reason: unknown) => void;
   #onAbort: (() => void) | undefined;
   #pending: number;
+  /** Members not heard of yet (no answer, failure or timeout). */
+  #unheard: number;
+  /** Members heard of after it settled, by index (made at the first). */
+  #heardLate: boolean[] | undefined;
   #settled = false;
 
   constructor(
@@ -328,7 +340,7 @@ class Round<T, R> implements Pending, Tally<T> {
   ) {
     this.#members = members;
     this.#options = options;
-    this.#pending = members.length;
+    this.#pending = this.#unheard = members.length;
     const start = options.start ?? now();
     this.deadline = start + options.timeout;
     // Requests first: the rest is done while they are in flight.
@@ -355,16 +367,34 @@ class Round<T, R> implements Pending, Tally<T> {
   }
 
   expire(): void {
-    if (this.#settled) return;
     const { timeout, onError } = this.#options;
+    const settled = this.#settled;
     for (const member of this.#members) {
-      if (this.answers.has(member.index) || this.errors.has(member.index)) continue;
+      if (this.#heard(member.index)) continue;
       const error = new RequestTimeoutError(member.index, timeout);
       onError(error, member);
-      this.errors.set(member.index, error);
+      if (settled) this.#hearLate(member.index);
+      else {
+        this.errors.set(member.index, error);
+        this.#unheard--;
+      }
     }
+    if (settled) return unwatch(this);
     this.#finish();
     this.#settle();
+  }
+
+  /** Whether `server` answered, failed or timed out. */
+  #heard(server: number): boolean {
+    return this.answers.has(server) || this.errors.has(server) ||
+      this.#heardLate?.[server] === true;
+  }
+
+  /** `server` is heard of after the round settled; the last one takes it out of the list. */
+  #hearLate(server: number): void {
+    if (this.#heard(server)) return;
+    (this.#heardLate ??= [])[server] = true;
+    if (--this.#unheard === 0) unwatch(this);
   }
 
   #answer(member: Member, reply: unknown): void {
@@ -386,9 +416,11 @@ class Round<T, R> implements Pending, Tally<T> {
 
   #count(member: Member, value: T): void {
     if (this.#settled) {
+      this.#hearLate(member.index);
       this.#options.late?.(member, value, this);
       return;
     }
+    this.#unheard--;
     this.answers.set(member.index, value);
     this.#check();
   }
@@ -398,9 +430,11 @@ class Round<T, R> implements Pending, Tally<T> {
     const error = failure === undefined ? failed : failure(failed, member);
     this.#options.onError(error, member);
     if (this.#settled) {
+      this.#hearLate(member.index);
       this.#options.late?.(member, undefined, this);
       return;
     }
+    this.#unheard--;
     this.errors.set(member.index, error);
     this.#check();
   }
@@ -427,7 +461,8 @@ class Round<T, R> implements Pending, Tally<T> {
 
   #finish(): void {
     this.#settled = true;
-    unwatch(this);
+    // Still listed while a request is out: its deadline reports it as timed out.
+    if (this.#unheard === 0) unwatch(this);
     if (this.#onAbort !== undefined) {
       this.#options.signal!.removeEventListener("abort", this.#onAbort);
     }

@@ -118,7 +118,9 @@ export class VoteBallot {
  * voted for, when a quorum is impossible, or when every request answered,
  * failed or timed out (kept by the shared sweeper of `round.ts`); then
  * resolves to what `decide` makes of the ballot. Failures are reported as
- * they come, also after it settled; an answer after it settled goes to
+ * they come, also after it settled, and so is the timeout of a request
+ * that has not answered by the deadline: the round stays in the sweeper's
+ * list until every member was heard of. An answer after it settled goes to
  * `late`. An abort rejects at once with `signal.reason`.
  */
 export class VoteRound<R> implements Pending {
@@ -138,6 +140,10 @@ export class VoteRound<R> implements Pending {
   yes = 0;
   #no = 0;
   #pending: number;
+  /** Members not heard of yet (no answer, failure or timeout). */
+  #unheard: number;
+  /** Members heard of after it settled, by index (made at the first). */
+  #heardLate: boolean[] | undefined;
   #errors: Map<number, Error> | undefined;
   #tally: Tally<Vote> | undefined;
   readonly #call: VoteCall<R>;
@@ -150,7 +156,7 @@ export class VoteRound<R> implements Pending {
     const { members } = electorate;
     this.electorate = electorate;
     this.#call = call;
-    this.#pending = members.length;
+    this.#pending = this.#unheard = members.length;
     this.votes = new Array(members.length);
     this.start = call.start;
     this.deadline = call.start + call.timeout;
@@ -180,16 +186,34 @@ export class VoteRound<R> implements Pending {
   }
 
   expire(): void {
-    if (this.#settled) return;
     const { timeout } = this.#call;
+    const settled = this.#settled;
     for (const member of this.electorate.members) {
-      if (this.votes[member.index] !== undefined || this.#errors?.has(member.index)) continue;
+      if (this.#heard(member.index)) continue;
       const error = new RequestTimeoutError(member.index, timeout);
       this.electorate.emit(error, member);
-      (this.#errors ??= new Map()).set(member.index, error);
+      if (settled) this.#hearLate(member.index);
+      else {
+        (this.#errors ??= new Map()).set(member.index, error);
+        this.#unheard--;
+      }
     }
+    if (settled) return unwatch(this);
     this.#finish();
     this.#settle();
+  }
+
+  /** Whether `server` answered, failed or timed out. */
+  #heard(server: number): boolean {
+    return this.votes[server] !== undefined || this.#errors?.has(server) === true ||
+      this.#heardLate?.[server] === true;
+  }
+
+  /** `server` is heard of after the round settled; the last one takes it out of the list. */
+  #hearLate(server: number): void {
+    if (this.#heard(server)) return;
+    (this.#heardLate ??= [])[server] = true;
+    if (--this.#unheard === 0) unwatch(this);
   }
 
   /** The tally as a map of answers and of failures, in the order they came (made once). */
@@ -217,9 +241,11 @@ export class VoteRound<R> implements Pending {
 
   #count(member: Member, vote: Vote): void {
     if (this.#settled) {
+      this.#hearLate(member.index);
       this.#call.late?.(member, vote, this.tally());
       return;
     }
+    this.#unheard--;
     this.votes[member.index] = vote;
     this.order.push(member.index);
     if (typeof vote === "number") this.yes++;
@@ -231,9 +257,11 @@ export class VoteRound<R> implements Pending {
     const error = this.electorate.failure(failed, this.#call.keys);
     this.electorate.emit(error, member);
     if (this.#settled) {
+      this.#hearLate(member.index);
       this.#call.late?.(member, undefined, this.tally());
       return;
     }
+    this.#unheard--;
     (this.#errors ??= new Map()).set(member.index, error);
     this.#no++;
     this.#check();
@@ -274,7 +302,8 @@ export class VoteRound<R> implements Pending {
 
   #finish(): void {
     this.#settled = true;
-    unwatch(this);
+    // Still listed while a request is out: its deadline reports it as timed out.
+    if (this.#unheard === 0) unwatch(this);
     if (this.#onAbort !== undefined) {
       this.#call.signal!.removeEventListener("abort", this.#onAbort);
     }
