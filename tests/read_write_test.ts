@@ -140,6 +140,12 @@ for (const kind of RW_KINDS) {
     const redlock = new Redlock(env.clients, { requestTimeout: 5_000 });
     const rw = redlock.readWriteLock("gate");
     const [writer, readers] = rwKeys("gate");
+    // Scripts loaded first: a release's EVALSHA that meets NOSCRIPT sends EVAL only once the reply
+    // is back, and a SET NX sent meanwhile on that connection would land before it.
+    const warm = redlock.readWriteLock("warm");
+    await (await warm.write(10_000)).release();
+    await (await warm.read(10_000)).release();
+    await onEveryServer(env.servers, rwKeys("warm")[0]!, null);
     const before = await Promise.all(env.servers.servers.map((s) => scriptCalls(s)));
     const w = await rw.write(10_000);
     await onEveryServer(env.servers, writer!, w.value);
