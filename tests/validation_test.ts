@@ -18,6 +18,7 @@ const cases: Case[] = [
     /resources\[0\].*1/,
   ],
   ["an empty resource", (r) => r.acquire(["a", ""], 1_000), RangeError, /resources\[1\].*""/],
+  ["an empty resource string", (r) => r.acquire("", 1_000), RangeError, /^resources must .*""$/],
   [
     "duplicate resources",
     (r) => r.acquire(["a", "b", "a"], 1_000),

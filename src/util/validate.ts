@@ -15,7 +15,7 @@ export function describeValue(value: unknown): string {
 /** Checks `resources` and returns them as a fresh array of unique, non-empty strings. */
 export function checkResources(resources: unknown, name = "resources"): string[] {
   if (typeof resources === "string") {
-    if (resources === "") throw new RangeError(`${name}[0] must not be empty, got ""`);
+    if (resources === "") throw new RangeError(`${name} must not be empty, got ""`);
     return [resources];
   }
   if (!Array.isArray(resources)) {
