@@ -77,7 +77,7 @@ async function errorRepliesHideValues(servers: RedisServers, clients: RedisClien
   await using redlock = new Redlock(clients, { retryCount: 0 });
   const events: RedlockErrorEvent[] = [];
   redlock.addEventListener("error", (e) => events.push(e as RedlockErrorEvent));
-  const [s0, s1] = servers.servers as [typeof servers.servers[0], typeof servers.servers[0]];
+  const [s0, s1] = servers.servers;
   const lock = await redlock.acquire("leak", 5_000);
   await s1!.command("DEL", "leak");
   await s1!.command("HSET", "leak", "f", "v");

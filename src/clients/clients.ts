@@ -148,7 +148,7 @@ const SECRET_LENGTH = 16;
  * @param args The command's arguments past its keys.
  * @returns The same error, with the values hidden.
  */
-export function hideValues(error: unknown, args: readonly string[]): unknown {
+function hideValues(error: unknown, args: readonly string[]): unknown {
   if (!(error instanceof Error)) return error;
   const secrets = args.filter((arg) => arg.length >= SECRET_LENGTH);
   if (secrets.length === 0) return error;

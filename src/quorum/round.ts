@@ -326,7 +326,6 @@ class Round<T, R> implements Pending, Tally<T> {
   #resolve!: (result: R) => void;
   #reject!: (reason: unknown) => void;
   #onAbort: (() => void) | undefined;
-  #pending: number;
   /** Members not heard of yet (no answer, failure or timeout). */
   #unheard: number;
   /** Members heard of after it settled, by index (made at the first). */
@@ -340,7 +339,7 @@ class Round<T, R> implements Pending, Tally<T> {
   ) {
     this.#members = members;
     this.#options = options;
-    this.#pending = this.#unheard = members.length;
+    this.#unheard = members.length;
     const start = options.start ?? now();
     this.deadline = start + options.timeout;
     // Requests first: the rest is done while they are in flight.
@@ -440,7 +439,7 @@ class Round<T, R> implements Pending, Tally<T> {
   }
 
   #check(): void {
-    if (--this.#pending === 0 || this.#options.done(this)) {
+    if (this.#unheard === 0 || this.#options.done(this)) {
       this.#finish();
       this.#settle();
     }

@@ -139,7 +139,6 @@ export class VoteRound<R> implements Pending {
   /** How many voted for. */
   yes = 0;
   #no = 0;
-  #pending: number;
   /** Members not heard of yet (no answer, failure or timeout). */
   #unheard: number;
   /** Members heard of after it settled, by index (made at the first). */
@@ -156,7 +155,7 @@ export class VoteRound<R> implements Pending {
     const { members } = electorate;
     this.electorate = electorate;
     this.#call = call;
-    this.#pending = this.#unheard = members.length;
+    this.#unheard = members.length;
     this.votes = new Array(members.length);
     this.start = call.start;
     this.deadline = call.start + call.timeout;
@@ -269,7 +268,7 @@ export class VoteRound<R> implements Pending {
 
   #check(): void {
     const { members, quorum } = this.electorate;
-    if (--this.#pending === 0 || this.yes >= quorum || this.#no > members.length - quorum) {
+    if (this.#unheard === 0 || this.yes >= quorum || this.#no > members.length - quorum) {
       this.#finish();
       this.#settle();
     }
