@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { Redlock } from "../mod.ts";
 import { type Mode, RW_RELEASE, rwKeys, rwModeCall } from "../src/protocol/read_write_scripts.ts";
-import { get, integer, type RedisServers, setup, sleep } from "./_redis.ts";
+import { get, integer, onEveryServer, type RedisServers, setup, sleep } from "./_redis.ts";
 
 const gates = (servers: RedisServers, key: string) =>
   Promise.all(servers.servers.map((s) => get(s, key)));
@@ -41,7 +41,8 @@ Deno.test("a lone long reader, a short joiner that releases: writers stay out wh
   assert.equal(await c.readWriteLock("t2").tryWrite(1_000), null, "r1 extended");
   await ext.release();
   const [writer, readers] = rwKeys("t2");
-  assert.deepEqual(await gates(env.servers, writer!), [null, null, null], "the gate went");
+  // The release settles on a quorum: its request to the last server may land just after.
+  await onEveryServer(env.servers, writer!, null);
   assert.deepEqual(await pttls(env.servers, readers!), [-2, -2, -2], "the set went");
 });
 
